@@ -1,0 +1,102 @@
+# bsft_saga developer tasks. `make demo` and `make test` are the two entry points the
+# README promises; both bootstrap .venv on their own from nothing but python3 and make.
+
+SHELL := /bin/bash
+.SHELLFLAGS := -eu -o pipefail -c
+.DEFAULT_GOAL := help
+# The SQLite and PostgreSQL runs share the Redis test database: never run them side by side.
+.NOTPARALLEL:
+
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+PYTEST_ARGS ?=
+
+SQLITE_DATABASE_URL := sqlite:///$(CURDIR)/.test-db.sqlite3
+PG_HOST ?= 127.0.0.1
+PG_PORT ?= 5432
+PG_USER ?= postgres
+PG_DATABASE_URL := postgres://$(PG_USER)@$(PG_HOST):$(PG_PORT)/bsft_saga
+
+DEMO_DB := $(CURDIR)/sample_project/demo.sqlite3
+DEMO_DATABASE_URL := sqlite:///$(DEMO_DB)
+MANAGE := $(PY) manage.py
+
+# Connects to the maintenance database and makes sure the `bsft_saga` database named in
+# PG_DATABASE_URL exists (pytest-django itself creates and drops `test_bsft_saga`).
+define PG_CHECK
+import psycopg
+conn = psycopg.connect(host="$(PG_HOST)", port=$(PG_PORT), user="$(PG_USER)", dbname="postgres", connect_timeout=3, autocommit=True)
+if conn.execute("SELECT 1 FROM pg_database WHERE datname = 'bsft_saga'").fetchone() is None:
+    conn.execute("CREATE DATABASE bsft_saga")
+conn.close()
+endef
+export PG_CHECK
+
+.PHONY: help venv lint test test-sqlite test-postgres demo bench wheel clean distclean
+
+help:
+	@echo "make demo           set up .venv, run the sample project's sagas on SQLite end to end"
+	@echo "make test           set up .venv, ruff + mypy, the suite on SQLite and on PostgreSQL"
+	@echo "make lint           ruff check + mypy"
+	@echo "make test-sqlite    the suite on SQLite   (PYTEST_ARGS='-k timers' to narrow)"
+	@echo "make test-postgres  the suite on PostgreSQL at $(PG_HOST):$(PG_PORT)"
+	@echo "make bench          run the benchmarks in bench/"
+	@echo "make wheel          build the wheel into dist/"
+	@echo "make clean          remove build output and test databases (distclean: also .venv)"
+
+venv: $(STAMP)
+
+# Re-runs whenever pyproject.toml changes. setuptools>=77 is needed for the PEP 639
+# `license = "MIT"` string, and setuptools + wheel live in the venv so that the packaging
+# test can build with --no-isolation (no network round-trip for build deps).
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip 'setuptools>=77' wheel
+	$(PY) -m pip install --quiet -e '.[dev]'
+	touch $@
+
+lint: venv
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/mypy bsft_saga tests
+
+test-sqlite: venv
+	DATABASE_URL=$(SQLITE_DATABASE_URL) $(VENV)/bin/pytest $(PYTEST_ARGS)
+
+# Outside CI an unreachable PostgreSQL is reported and skipped; under CI=true it fails.
+test-postgres: venv
+	@if $(PY) -c "$$PG_CHECK"; then \
+	    echo "DATABASE_URL=$(PG_DATABASE_URL) $(VENV)/bin/pytest $(PYTEST_ARGS)"; \
+	    DATABASE_URL=$(PG_DATABASE_URL) $(VENV)/bin/pytest $(PYTEST_ARGS); \
+	elif [ "$${CI:-}" = "true" ]; then \
+	    echo "ERROR: PostgreSQL unreachable at $(PG_HOST):$(PG_PORT) (user $(PG_USER)); CI requires it" >&2; \
+	    exit 1; \
+	else \
+	    echo "SKIPPED: PostgreSQL run — not reachable at $(PG_HOST):$(PG_PORT) (user $(PG_USER)); start it and run 'make test-postgres'"; \
+	fi
+
+test: venv lint test-sqlite test-postgres
+
+demo: venv
+	rm -f $(DEMO_DB)
+	DATABASE_URL=$(DEMO_DATABASE_URL) $(MANAGE) migrate --noinput
+	DATABASE_URL=$(DEMO_DATABASE_URL) $(MANAGE) run_demo
+
+bench: venv
+	@if [ -f bench/run.py ]; then \
+	    $(PY) bench/run.py; \
+	else \
+	    echo "bench/run.py does not exist yet: nothing to run" >&2; exit 1; \
+	fi
+
+wheel: venv
+	$(PY) -m build --wheel --outdir dist
+
+clean:
+	rm -rf build dist *.egg-info .mypy_cache .ruff_cache .pytest_cache .hypothesis
+	rm -f .test-db.sqlite3 $(DEMO_DB)
+	find . -path ./$(VENV) -prune -o -name __pycache__ -type d -prune -exec rm -rf {} +
+
+distclean: clean
+	rm -rf $(VENV)

@@ -1,0 +1,46 @@
+"""Durable sagas with named, exactly-once timers for Django.
+
+The names in ``__all__`` are the public API. They are resolved lazily so that
+``import bsft_saga`` never touches Django models (settings may not be configured yet).
+"""
+
+from __future__ import annotations
+
+from importlib import import_module
+from typing import TYPE_CHECKING, Any
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "Envelope",
+    "SagaFlow",
+    "UnknownEventType",
+    "__version__",
+    "deadline_exceeded",
+    "event",
+    "publish",
+]
+
+_LAZY = {
+    "Envelope": "bsft_saga.events.envelope",
+    "event": "bsft_saga.events.registry",
+    "publish": "bsft_saga.publishing",
+    "deadline_exceeded": "bsft_saga.events.envelope",
+    "UnknownEventType": "bsft_saga.exceptions",
+    "SagaFlow": "bsft_saga.flows",
+}
+
+if TYPE_CHECKING:
+    from bsft_saga.events.envelope import Envelope, deadline_exceeded
+    from bsft_saga.events.registry import event
+    from bsft_saga.exceptions import UnknownEventType
+    from bsft_saga.flows import SagaFlow
+    from bsft_saga.publishing import publish
+
+
+def __getattr__(name: str) -> Any:
+    try:
+        module = _LAZY[name]
+    except KeyError:
+        raise AttributeError(f"module 'bsft_saga' has no attribute {name!r}") from None
+    return getattr(import_module(module), name)

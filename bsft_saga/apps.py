@@ -1,0 +1,22 @@
+from __future__ import annotations
+
+from django.apps import AppConfig, apps
+from django.utils.translation import gettext_lazy as _
+
+
+class BsftSagaConfig(AppConfig):
+    name = "bsft_saga"
+    label = "bsft_saga"
+    verbose_name = _("Sagas")
+    default_auto_field = "django.db.models.BigAutoField"
+
+    def ready(self) -> None:
+        from bsft_saga import checks  # noqa: F401  (registers the system checks)
+        from bsft_saga.engine.receiver import connect_engine
+        from bsft_saga.flows.registry import flow_registry
+
+        flow_registry.load(apps.get_app_configs())
+        connect_engine()
+        from bsft_saga.tasks import connect_task_receivers
+
+        connect_task_receivers()

@@ -1,0 +1,86 @@
+"""System checks: ``manage.py check`` lists every configuration problem with an id."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.conf import settings
+from django.core.checks import CheckMessage, Error, Tags, Warning, register
+from django.db import connections
+
+from bsft_saga.conf import SETTING_NAME, validate
+
+
+@register(Tags.compatibility)
+def check_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
+    """E001: ``BSFT_SAGA`` has an unknown key or a bad value (the engine would refuse it
+    at the first event). E002: ``USE_TZ=False`` makes every timer due time ambiguous."""
+    messages: list[CheckMessage] = [
+        Error(
+            str(problem), hint="See docs/configuration.md.", obj=SETTING_NAME, id="bsft_saga.E001"
+        )
+        for problem in validate(getattr(settings, SETTING_NAME, None))
+    ]
+    if not settings.USE_TZ:
+        messages.append(
+            Error(
+                "bsft_saga needs USE_TZ = True: timers are stored and compared as aware UTC times.",
+                hint="Set USE_TZ = True in your settings.",
+                obj="USE_TZ",
+                id="bsft_saga.E002",
+            )
+        )
+    return messages
+
+
+@register(Tags.compatibility)
+def check_flows(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
+    """E010-E012: a flow that cannot be imported, built, or shares another's saga_type
+    would silently never receive an event."""
+    from bsft_saga.flows.registry import flow_registry
+
+    return [
+        Error(problem.message, hint=problem.hint, obj=problem.obj, id=problem.check_id)
+        for problem in flow_registry.problems
+    ]
+
+
+@register(Tags.compatibility)
+def check_calendars(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
+    """E020: a calendar that cannot be built would make every step that schedules with
+    it fail."""
+    if validate(getattr(settings, SETTING_NAME, None)):
+        return []  # E001 already says what is wrong
+    from bsft_saga.calendars import check_calendars as problems
+
+    return [
+        Error(
+            f"{SETTING_NAME}['CALENDARS'][{key!r}]: {message}",
+            hint="BACKEND is a dotted path to a calendar class; OPTIONS its keyword arguments.",
+            obj=SETTING_NAME,
+            id="bsft_saga.E020",
+        )
+        for key, message in problems()
+    ]
+
+
+@register(Tags.database)
+def check_skip_locked(
+    app_configs: Any = None, databases: Any = None, **kwargs: Any
+) -> list[CheckMessage]:
+    """W001: without ``SELECT ... SKIP LOCKED`` concurrent dispatchers contend for the same
+    rows (still correct, through conditional updates, but slower)."""
+    if not databases or "default" not in databases:
+        return []
+    features = connections["default"].features
+    if features.has_select_for_update_skip_locked:
+        return []
+    return [
+        Warning(
+            f"The database backend {connections['default'].vendor!r} has no "
+            "SELECT ... SKIP LOCKED; several timer dispatchers will contend for the same rows.",
+            hint="Fine for development and a single dispatcher; use PostgreSQL in production.",
+            obj="DATABASES['default']",
+            id="bsft_saga.W001",
+        )
+    ]

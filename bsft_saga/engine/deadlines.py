@@ -1,0 +1,17 @@
+"""The internal timer behind ``with_deadline``."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from bsft_saga.events.registry import event
+
+DEADLINE_TIMER_NAME = "bsft_saga.deadline"
+
+
+@event("bsft_saga.deadline-expired")
+@dataclass(frozen=True)
+class DeadlineExpired:
+    """Published when a saga's ``with_deadline`` budget runs out; wakes its ``on_expired``."""
+
+    saga_id: str

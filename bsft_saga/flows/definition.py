@@ -1,0 +1,136 @@
+"""Immutable flow definitions: what the builder produces and the engine runs."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import Any
+
+from bsft_saga.exceptions import FlowDefinitionError
+
+Body = Callable[[Any, Any], Any]
+Predicate = Callable[[Any, Any], Any]
+KeySelector = Callable[[Any], str]
+
+
+@dataclass(frozen=True)
+class EmptyState:
+    """The state of a ``stateless()`` flow."""
+
+
+@dataclass(frozen=True)
+class Trigger:
+    """An event type that wakes a step, and how to find the instance it belongs to."""
+
+    event_class: type
+    event_type: str
+    key: KeySelector | None
+
+    def key_for(self, event: Any, *, where: str) -> str:
+        """Return the correlation key for ``event`` ("" for single-instance flows)."""
+        if self.key is None:
+            return ""
+        value = self.key(event)
+        if not isinstance(value, str):
+            raise TypeError(
+                f"{where}: the key for {self.event_type!r} returned "
+                f"{type(value).__name__} {value!r}; a correlation key must be a str "
+                f"(use str(...) for ids)."
+            )
+        return value
+
+
+@dataclass(frozen=True)
+class StepBody:
+    """One body of a step; ``guard`` decides whether it runs (``then`` has none)."""
+
+    run: Body
+    guard: Predicate | None = None
+    negate: bool = False
+
+
+@dataclass(frozen=True)
+class StepDefinition:
+    index: int
+    triggers: tuple[Trigger, ...]
+    bodies: tuple[StepBody, ...]
+
+    @property
+    def label(self) -> str:
+        verb = "start_with" if self.index == 0 else "wait_for"
+        names = " | ".join(t.event_class.__name__ for t in self.triggers)
+        return f"step {self.index} ({verb} {names})"
+
+
+@dataclass(frozen=True)
+class DeadlineDefinition:
+    budget: timedelta
+    on_expired: Body
+
+
+@dataclass(frozen=True)
+class FlowDefinition:
+    """A built flow. Step 0 is the start step; step ``i`` is the ``i``-th ``wait_for``."""
+
+    saga_type: str
+    flow_name: str
+    state_class: type
+    steps: tuple[StepDefinition, ...]
+    auto_complete: bool
+    deadline: DeadlineDefinition | None = None
+    _routes: Mapping[str, tuple[tuple[int, Trigger], ...]] = field(
+        default_factory=dict, repr=False, compare=False
+    )
+
+    def __post_init__(self) -> None:
+        routes: dict[str, list[tuple[int, Trigger]]] = {}
+        for step in self.steps:
+            for trigger in step.triggers:
+                routes.setdefault(trigger.event_type, []).append((step.index, trigger))
+        object.__setattr__(self, "_routes", {k: tuple(v) for k, v in routes.items()})
+
+    @property
+    def state_type(self) -> str:
+        return f"{self.state_class.__module__}.{self.state_class.__qualname__}"
+
+    @property
+    def event_types(self) -> frozenset[str]:
+        return frozenset(self._routes)
+
+    def routes(self, event_type: str) -> tuple[tuple[int, Trigger], ...]:
+        """The (step index, trigger) pairs that ``event_type`` can wake."""
+        return self._routes.get(event_type, ())
+
+    def new_state(self) -> Any:
+        return self.state_class()
+
+    def where(self, step_index: int) -> str:
+        if step_index < len(self.steps):
+            return f"flow {self.flow_name} ({self.saga_type!r}), {self.steps[step_index].label}"
+        return f"flow {self.flow_name} ({self.saga_type!r})"
+
+
+def check_state_class(state_class: Any, *, flow_name: str) -> None:
+    """A state type must be a dataclass constructible with no arguments and JSON-codable."""
+    from bsft_saga.events.codec import check_dataclass
+
+    if not (isinstance(state_class, type) and dataclasses.is_dataclass(state_class)):
+        raise FlowDefinitionError(
+            f"flow {flow_name}: with_state() needs a dataclass, got {state_class!r}"
+        )
+    missing = [
+        f.name
+        for f in dataclasses.fields(state_class)
+        if f.init and f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+    ]
+    if missing:
+        raise FlowDefinitionError(
+            f"flow {flow_name}: state {state_class.__name__} needs a default for every field; "
+            f"missing: {', '.join(missing)}"
+        )
+    try:
+        check_dataclass(state_class)
+    except TypeError as exc:
+        raise FlowDefinitionError(f"flow {flow_name}: state {state_class.__name__}: {exc}") from exc

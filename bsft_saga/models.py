@@ -1,0 +1,237 @@
+"""Saga rows: instances, their inbox, outbox and timers.
+
+Rows and query vocabulary only; every write is made by the engine's persistence window
+or the timer dispatcher, never by ``save()`` side effects.
+"""
+
+from __future__ import annotations
+
+import uuid
+
+from django.db import models
+from django.db.models import Q
+from django.utils.translation import gettext_lazy as _
+
+from bsft_saga.querysets import SagaInstanceQuerySet, SagaOutboxQuerySet, SagaTimeoutQuerySet
+
+
+class SagaInstance(models.Model):
+    """One running (or finished) instance of a flow, keyed by its correlation key."""
+
+    id = models.UUIDField(_("id"), primary_key=True, default=uuid.uuid4, editable=False)
+    saga_type = models.CharField(
+        _("saga type"), max_length=200, help_text=_("The flow's stable saga_type name.")
+    )
+    correlation_key = models.CharField(
+        _("correlation key"),
+        max_length=200,
+        blank=True,
+        help_text=_("Key the flow computed from its events; empty for single-instance flows."),
+    )
+    state_type = models.CharField(
+        _("state type"), max_length=300, help_text=_("Dotted path of the state dataclass.")
+    )
+    state = models.JSONField(_("state"), default=dict, help_text=_("The state dataclass as JSON."))
+    step_index = models.PositiveIntegerField(
+        _("step index"),
+        default=0,
+        help_text=_("Steps handled so far: 1 after the start step, n+1 after the n-th wait."),
+    )
+    is_complete = models.BooleanField(_("complete"), default=False)
+    created_at = models.DateTimeField(_("created at"))
+    updated_at = models.DateTimeField(_("updated at"), help_text=_("Time of the last transition."))
+    completed_at = models.DateTimeField(_("completed at"), null=True, blank=True)
+    deadline = models.DateTimeField(
+        _("deadline"),
+        null=True,
+        blank=True,
+        help_text=_("Absolute deadline of the whole saga (with_deadline), carried by its events."),
+    )
+    version = models.PositiveIntegerField(
+        _("version"), default=1, help_text=_("Optimistic-concurrency token, +1 per transition.")
+    )
+
+    objects = SagaInstanceQuerySet.as_manager()
+
+    class Meta:
+        verbose_name = _("saga instance")
+        verbose_name_plural = _("saga instances")
+        permissions = [("read_saga_content", _("Can read saga state and timer payloads"))]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["saga_type", "correlation_key"],
+                condition=Q(is_complete=False),
+                name="bsft_saga_one_active_instance_per_key",
+            ),
+        ]
+        indexes = [
+            models.Index(
+                fields=["saga_type", "correlation_key", "-created_at"],
+                name="bsft_saga_instance_key_idx",
+            ),
+            models.Index(fields=["-updated_at"], name="bsft_saga_instance_updated_idx"),
+        ]
+
+    def __str__(self) -> str:
+        key = self.correlation_key or "-"
+        return f"{self.saga_type}[{key}] step {self.step_index}"
+
+
+class SagaInboxEntry(models.Model):
+    """A message id an instance has handled; makes handling idempotent per instance."""
+
+    saga = models.ForeignKey(
+        SagaInstance,
+        verbose_name=_("saga"),
+        on_delete=models.CASCADE,
+        related_name="inbox_entries",
+    )
+    message_id = models.UUIDField(_("message id"))
+    event_type = models.CharField(_("event type"), max_length=200)
+    handled_at = models.DateTimeField(_("handled at"))
+
+    class Meta:
+        verbose_name = _("saga inbox entry")
+        verbose_name_plural = _("saga inbox entries")
+        constraints = [
+            models.UniqueConstraint(
+                fields=["saga", "message_id"], name="bsft_saga_inbox_once_per_saga"
+            ),
+        ]
+        indexes = [models.Index(fields=["message_id"], name="bsft_saga_inbox_message_idx")]
+
+    def __str__(self) -> str:
+        return f"{self.event_type} {self.message_id}"
+
+
+class SagaOutboxMessage(models.Model):
+    """An event waiting to be published after the transaction that staged it committed.
+
+    Written by a step's ``ctx.publish`` (``saga`` set) or ``publish(..., defer=True)``.
+    Delivered at least once: after commit, or later by the drain if the process died.
+    """
+
+    id = models.UUIDField(
+        _("message id"),
+        primary_key=True,
+        default=uuid.uuid4,
+        editable=False,
+        help_text=_("The message_id of the envelope this row publishes."),
+    )
+    saga = models.ForeignKey(
+        SagaInstance,
+        verbose_name=_("saga"),
+        on_delete=models.SET_NULL,
+        null=True,
+        blank=True,
+        related_name="outbox_messages",
+    )
+    event_type = models.CharField(_("event type"), max_length=200)
+    payload = models.JSONField(_("payload"))
+    correlation_id = models.CharField(_("correlation id"), max_length=200, blank=True)
+    causation_id = models.UUIDField(_("causation id"), null=True, blank=True)
+    deadline = models.DateTimeField(_("deadline"), null=True, blank=True)
+    created_at = models.DateTimeField(_("created at"))
+    delivered_at = models.DateTimeField(_("delivered at"), null=True, blank=True)
+    attempts = models.PositiveIntegerField(_("attempts"), default=0)
+    last_error = models.TextField(_("last error"), blank=True)
+    dead_lettered_at = models.DateTimeField(_("dead-lettered at"), null=True, blank=True)
+    claim_token = models.UUIDField(_("claim token"), null=True, blank=True, editable=False)
+    claimed_until = models.DateTimeField(_("claimed until"), null=True, blank=True)
+
+    objects = SagaOutboxQuerySet.as_manager()
+
+    class Meta:
+        verbose_name = _("saga outbox message")
+        verbose_name_plural = _("saga outbox messages")
+        indexes = [
+            models.Index(
+                fields=["created_at"],
+                name="bsft_saga_outbox_pending_idx",
+                condition=Q(delivered_at__isnull=True, dead_lettered_at__isnull=True),
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.event_type} {self.id}"
+
+
+class TimeoutOutcome(models.TextChoices):
+    FIRED = "fired", _("fired")
+    MISSED = "missed", _("missed")
+    CANCELED = "canceled", _("canceled")
+    DEAD_LETTERED = "dead_lettered", _("dead-lettered")
+
+
+class TimeoutScope(models.TextChoices):
+    STEP = "step", _("step")
+    SAGA = "saga", _("saga")
+
+
+class SagaTimeout(models.Model):
+    """A durable named timer of one saga instance.
+
+    Pending while ``dispatched_at`` is null; ``(saga, name)`` is unique among pending rows.
+    ``dispatched_at`` marks every way a timer leaves the pending set; ``outcome`` says which.
+    """
+
+    saga = models.ForeignKey(
+        SagaInstance, verbose_name=_("saga"), on_delete=models.CASCADE, related_name="timeouts"
+    )
+    name = models.CharField(_("name"), max_length=200)
+    due_at = models.DateTimeField(_("due at"))
+    event_type = models.CharField(_("event type"), max_length=200)
+    payload = models.JSONField(_("payload"), help_text=_("The timer's event as JSON."))
+    message_id = models.UUIDField(
+        _("message id"),
+        default=uuid.uuid4,
+        help_text=_("Message id of the event this timer publishes; stable across retries."),
+    )
+    calendar_key = models.CharField(_("calendar"), max_length=100, blank=True)
+    correlation_id = models.CharField(_("correlation id"), max_length=200, blank=True)
+    scope = models.CharField(
+        _("scope"), max_length=10, choices=TimeoutScope.choices, default=TimeoutScope.STEP
+    )
+    scheduled_step_index = models.PositiveIntegerField(
+        _("scheduled at step"), help_text=_("The saga's step_index when the timer was scheduled.")
+    )
+    scheduled_at = models.DateTimeField(_("scheduled at"))
+    attempts = models.PositiveIntegerField(_("attempts"), default=0)
+    last_error = models.TextField(_("last error"), blank=True)
+    dispatched_at = models.DateTimeField(_("dispatched at"), null=True, blank=True)
+    # Null, not "", while pending: API.md promises `outcome` is None until the timer leaves.
+    outcome = models.CharField(  # noqa: DJ001
+        _("outcome"), max_length=20, choices=TimeoutOutcome.choices, null=True, blank=True
+    )
+    dead_lettered_at = models.DateTimeField(_("dead-lettered at"), null=True, blank=True)
+    dead_letter_reason = models.TextField(_("dead-letter reason"), blank=True)
+    claim_token = models.UUIDField(_("claim token"), null=True, blank=True, editable=False)
+    claimed_until = models.DateTimeField(_("claimed until"), null=True, blank=True)
+
+    objects = SagaTimeoutQuerySet.as_manager()
+
+    class Meta:
+        verbose_name = _("saga timeout")
+        verbose_name_plural = _("saga timeouts")
+        constraints = [
+            models.UniqueConstraint(
+                fields=["saga", "name"],
+                condition=Q(dispatched_at__isnull=True),
+                name="bsft_saga_one_pending_timeout_name",
+            ),
+        ]
+        indexes = [
+            models.Index(
+                fields=["due_at", "id"],
+                name="bsft_saga_timeout_due_idx",
+                condition=Q(dispatched_at__isnull=True),
+            ),
+            models.Index(fields=["dispatched_at"], name="bsft_saga_timeout_retired_idx"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.name} due {self.due_at:%Y-%m-%d %H:%M}"
+
+    @property
+    def is_pending(self) -> bool:
+        return self.dispatched_at is None

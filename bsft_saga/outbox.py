@@ -1,0 +1,151 @@
+"""The outbox: events staged inside a transaction and published after it commits.
+
+Rows come from a step's ``ctx.publish`` and from ``publish(..., defer=True)``. Delivery
+is at least once: right after commit, and again by ``deliver_pending`` (run by the drain
+task and command) for rows whose delivery was lost with its process. Each delivery claims
+its row first, so two deliverers never publish one row at the same time.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import datetime
+from functools import partial
+
+from django.db import transaction
+from django.db.models import F
+
+from bsft_saga import clock
+from bsft_saga.conf import saga_settings
+from bsft_saga.events import codec
+from bsft_saga.events.envelope import Envelope
+from bsft_saga.events.registry import event_class
+from bsft_saga.events.sending import send_envelope
+from bsft_saga.models import SagaOutboxMessage
+from bsft_saga.signals import deferred_event_committed
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class DeliveryReport:
+    """What one delivery pass did with outbox rows."""
+
+    delivered: int = 0
+    failed: int = 0
+    dead_lettered: int = 0
+    unclaimed: int = 0
+
+    def __add__(self, other: DeliveryReport) -> DeliveryReport:
+        return DeliveryReport(
+            self.delivered + other.delivered,
+            self.failed + other.failed,
+            self.dead_lettered + other.dead_lettered,
+            self.unclaimed + other.unclaimed,
+        )
+
+
+def new_row(envelope: Envelope, *, saga_id: uuid.UUID | None = None) -> SagaOutboxMessage:
+    """An unsaved outbox row for ``envelope``; ``TypeError`` if its event cannot be encoded."""
+    return SagaOutboxMessage(
+        id=envelope.message_id,
+        saga_id=saga_id,
+        event_type=envelope.event_type,
+        payload=codec.encode(envelope.event),
+        correlation_id=envelope.correlation_id or "",
+        causation_id=envelope.causation_id,
+        deadline=envelope.deadline,
+        created_at=envelope.published_at,
+    )
+
+
+def deliver_after_commit(message_ids: list[uuid.UUID]) -> None:
+    """Deliver these rows once the current transaction commits (now, outside one)."""
+    if message_ids:
+        transaction.on_commit(partial(deliver, message_ids))
+
+
+def stage_deferred(envelope: Envelope) -> None:
+    """Write ``envelope`` to the outbox and hand it to a worker after commit."""
+    new_row(envelope).save(force_insert=True)
+    transaction.on_commit(
+        partial(deferred_event_committed.send, sender=None, message_id=envelope.message_id)
+    )
+
+
+def deliver(message_ids: Iterable[uuid.UUID], *, now: datetime | None = None) -> DeliveryReport:
+    """Claim and publish each row; one failing row never stops the others."""
+    report = DeliveryReport()
+    for message_id in message_ids:
+        report += _deliver_one(message_id, now or clock.now())
+    return report
+
+
+def deliver_pending(
+    *, batch_size: int | None = None, now: datetime | None = None
+) -> DeliveryReport:
+    """Deliver outbox rows nobody holds: those whose after-commit delivery was lost."""
+    moment = now or clock.now()
+    limit = batch_size or saga_settings.timeouts.batch_size
+    ids = list(SagaOutboxMessage.objects.deliverable(moment).values_list("id", flat=True)[:limit])
+    return deliver(ids, now=moment)
+
+
+def _deliver_one(message_id: uuid.UUID, now: datetime) -> DeliveryReport:
+    token = uuid.uuid4()
+    lease = saga_settings.timeouts.claim_lease
+    claimed = (
+        SagaOutboxMessage.objects.deliverable(now)
+        .filter(pk=message_id)
+        .update(claim_token=token, claimed_until=now + lease)
+    )
+    if not claimed:
+        return DeliveryReport(unclaimed=1)
+    row = SagaOutboxMessage.objects.get(pk=message_id)
+    mine = SagaOutboxMessage.objects.filter(pk=message_id, claim_token=token)
+    try:
+        send_envelope(envelope_of(row))
+    except Exception as exc:
+        logger.exception(
+            "bsft_saga: delivering outbox message %s (%s) failed", row.pk, row.event_type
+        )
+        attempts = row.attempts + 1
+        if attempts >= saga_settings.timeouts.max_dispatch_attempts:
+            mine.update(
+                attempts=attempts,
+                last_error=_describe(exc),
+                dead_lettered_at=clock.now(),
+                claim_token=None,
+                claimed_until=None,
+            )
+            return DeliveryReport(dead_lettered=1)
+        mine.update(
+            attempts=F("attempts") + 1,
+            last_error=_describe(exc),
+            claim_token=None,
+            claimed_until=None,
+        )
+        return DeliveryReport(failed=1)
+    mine.update(delivered_at=clock.now())
+    return DeliveryReport(delivered=1)
+
+
+def envelope_of(row: SagaOutboxMessage) -> Envelope:
+    """Rebuild the envelope a row publishes; ``UnknownEventType`` if its type is gone."""
+    event = codec.decode(event_class(row.event_type), row.payload)
+    return Envelope(
+        message_id=row.pk,
+        event=event,
+        event_type=row.event_type,
+        correlation_id=row.correlation_id or None,
+        causation_id=row.causation_id,
+        deadline=row.deadline,
+        published_at=row.created_at,
+    )
+
+
+def _describe(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {exc}"[:4000]

@@ -1,0 +1,59 @@
+"""``publish()``: put an event on the bus, now or after the current transaction commits."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import datetime
+from typing import Any
+
+from bsft_saga import clock
+from bsft_saga.correlation import get_correlation_id
+from bsft_saga.events import codec
+from bsft_saga.events.envelope import Envelope
+from bsft_saga.events.registry import event_type_of
+from bsft_saga.events.sending import send_envelope
+
+
+def publish(
+    event: Any,
+    *,
+    correlation_id: str | None = None,
+    deadline: datetime | None = None,
+    message_id: uuid.UUID | str | None = None,
+    defer: bool = False,
+) -> Envelope:
+    """Publish ``event`` (an ``@event`` dataclass) and return its envelope.
+
+    Without ``defer`` the ``event_published`` signal is sent now: saga steps run before
+    this returns and, inside the caller's ``transaction.atomic``, commit with it; an
+    exception from any receiver propagates. With ``defer=True`` the event is written to
+    the outbox in the current transaction and delivered after commit, at least once
+    (by a Celery task, or by the drain if that enqueue is lost).
+
+    ``correlation_id`` defaults to the ambient one. A payload the codec cannot encode is
+    a ``TypeError`` here; a naive ``deadline`` is a ``ValueError``.
+    """
+    event_type = event_type_of(event)
+    codec.encode(event)  # fail now, not when a worker or a timer reads the row back
+    if deadline is not None and (deadline.tzinfo is None or deadline.utcoffset() is None):
+        raise ValueError(f"publish({event_type}): deadline must be an aware datetime")
+    envelope = Envelope(
+        message_id=_as_uuid(message_id) if message_id is not None else uuid.uuid4(),
+        event=event,
+        event_type=event_type,
+        correlation_id=correlation_id if correlation_id is not None else get_correlation_id(),
+        causation_id=None,
+        deadline=deadline,
+        published_at=clock.now(),
+    )
+    if defer:
+        from bsft_saga.outbox import stage_deferred
+
+        stage_deferred(envelope)
+    else:
+        send_envelope(envelope)
+    return envelope
+
+
+def _as_uuid(value: uuid.UUID | str) -> uuid.UUID:
+    return value if isinstance(value, uuid.UUID) else uuid.UUID(str(value))

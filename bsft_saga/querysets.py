@@ -1,0 +1,63 @@
+"""Query vocabulary for saga rows. Nothing here writes."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import TYPE_CHECKING
+
+from django.db import models
+from django.db.models import Q
+
+if TYPE_CHECKING:
+    from bsft_saga.models import SagaInstance, SagaOutboxMessage, SagaTimeout
+
+    _InstanceBase = models.QuerySet[SagaInstance]
+    _TimeoutBase = models.QuerySet[SagaTimeout]
+    _OutboxBase = models.QuerySet[SagaOutboxMessage]
+else:
+    _InstanceBase = _TimeoutBase = _OutboxBase = models.QuerySet
+
+
+def _claim_free(now: datetime) -> Q:
+    return Q(claimed_until__isnull=True) | Q(claimed_until__lt=now)
+
+
+class SagaInstanceQuerySet(_InstanceBase):
+    def active(self) -> SagaInstanceQuerySet:
+        return self.filter(is_complete=False)
+
+    def for_key(self, saga_type: str, correlation_key: str) -> SagaInstanceQuerySet:
+        return self.filter(saga_type=saga_type, correlation_key=correlation_key)
+
+    def stalled(self, since: datetime) -> SagaInstanceQuerySet:
+        """Active instances that have not moved since ``since``."""
+        return self.active().filter(updated_at__lt=since)
+
+
+class SagaTimeoutQuerySet(_TimeoutBase):
+    def pending(self) -> SagaTimeoutQuerySet:
+        return self.filter(dispatched_at__isnull=True)
+
+    def due(self, now: datetime) -> SagaTimeoutQuerySet:
+        """Pending rows due at ``now`` that no live claim holds, oldest first."""
+        return (
+            self.pending().filter(due_at__lte=now).filter(_claim_free(now)).order_by("due_at", "id")
+        )
+
+    def dead_lettered(self) -> SagaTimeoutQuerySet:
+        return self.filter(dead_lettered_at__isnull=False)
+
+    def retired_before(self, cutoff: datetime) -> SagaTimeoutQuerySet:
+        """Rows that left the pending set (any outcome) before ``cutoff``."""
+        return self.filter(dispatched_at__lt=cutoff)
+
+
+class SagaOutboxQuerySet(_OutboxBase):
+    def pending(self) -> SagaOutboxQuerySet:
+        return self.filter(delivered_at__isnull=True, dead_lettered_at__isnull=True)
+
+    def deliverable(self, now: datetime) -> SagaOutboxQuerySet:
+        return self.pending().filter(_claim_free(now)).order_by("created_at", "id")
+
+    def dead_lettered(self) -> SagaOutboxQuerySet:
+        return self.filter(dead_lettered_at__isnull=False)

@@ -1,0 +1,90 @@
+"""Celery tasks: thin wrappers over the dispatcher and the outbox.
+
+Schedule ``bsft_saga.tasks.drain_saga_timeouts`` with beat every ``POLL_INTERVAL``.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from typing import Any
+
+from celery import current_app, shared_task
+from django.core.checks import CheckMessage, Tags, register
+from django.core.checks import Warning as CheckWarning
+
+from bsft_saga.conf import saga_settings
+from bsft_saga.signals import deferred_event_committed
+
+logger = logging.getLogger(__name__)
+
+DRAIN_TASK = "bsft_saga.tasks.drain_saga_timeouts"
+
+
+@shared_task(name=DRAIN_TASK, ignore_result=True)
+def drain_saga_timeouts() -> dict[str, int]:
+    """Drain due timers and undelivered outbox rows, pass after pass, while there is work,
+    for at most one ``POLL_INTERVAL`` (the next beat tick takes over from there)."""
+    from bsft_saga import outbox
+    from bsft_saga.timeouts.dispatcher import DrainReport, drain_due
+
+    budget = saga_settings.timeouts.poll_interval.total_seconds()
+    started = time.monotonic()
+    total = DrainReport()
+    delivered = 0
+    while True:
+        report = drain_due()
+        deliveries = outbox.deliver_pending()
+        total += report
+        delivered += deliveries.delivered
+        worked = report.settled + report.failed + deliveries.delivered + deliveries.failed
+        if not worked or time.monotonic() - started >= budget:
+            break
+    if total.settled or total.failed:
+        logger.info("bsft_saga drain: %s delivered=%d", total, delivered)
+    return {
+        "fired": total.fired,
+        "missed": total.missed,
+        "failed": total.failed,
+        "dead_lettered": total.dead_lettered,
+        "unclaimed": total.unclaimed,
+        "delivered": delivered,
+    }
+
+
+@shared_task(name="bsft_saga.tasks.deliver_event", ignore_result=True)
+def deliver_event(message_id: str) -> int:
+    """Deliver one outbox row (a ``publish(..., defer=True)`` event); returns 1 if published."""
+    from bsft_saga import outbox
+
+    return outbox.deliver([uuid.UUID(message_id)]).delivered
+
+
+def _enqueue_delivery(sender: Any, *, message_id: uuid.UUID, **kwargs: Any) -> None:
+    try:
+        deliver_event.delay(str(message_id))
+    except Exception:
+        logger.exception("bsft_saga: could not enqueue delivery of %s; the drain will", message_id)
+
+
+def connect_task_receivers() -> None:
+    """Hand committed deferred events to a Celery worker (called from ``ready()``)."""
+    deferred_event_committed.connect(_enqueue_delivery, dispatch_uid="bsft_saga.tasks.enqueue")
+
+
+@register(Tags.compatibility)
+def check_beat_schedule(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
+    """W002: a Celery app with a beat schedule that never runs the drain fires no timer."""
+    schedule = current_app.conf.beat_schedule or {}
+    if not schedule or any(entry.get("task") == DRAIN_TASK for entry in schedule.values()):
+        return []
+    return [
+        CheckWarning(
+            f"The Celery beat schedule has no entry for {DRAIN_TASK!r}: no saga timer will fire.",
+            hint=f"Add {{'task': {DRAIN_TASK!r}, 'schedule': POLL_INTERVAL}} to beat_schedule, "
+            "or run `manage.py drain_saga_timeouts --loop`.",
+            obj="beat_schedule",
+            id="bsft_saga.W002",
+        )
+    ]

@@ -1,0 +1,189 @@
+"""OpenTelemetry metrics and spans for sagas and timers.
+
+bsft_saga depends only on ``opentelemetry-api``. Without an SDK configured by the host
+project every call here is a cheap no-op; with one, the meter and the tracer named
+``bsft.saga`` report:
+
+========================================  =========  ============================================
+instrument                                kind       counts / measures
+========================================  =========  ============================================
+``bsft.saga.started``                     counter    saga instances created by a start event
+``bsft.saga.completed``                   counter    saga instances completed
+``bsft.saga.timeout.scheduled``           counter    timers written by a step
+``bsft.saga.timeout.fired``               counter    timers whose event was published
+``bsft.saga.timeout.canceled``            counter    pending timers cancelled
+``bsft.saga.timeout.missed``              counter    timers skipped by the catch-up policy
+``bsft.saga.timeout.dead_lettered``       counter    timers given up after repeated failures
+``bsft.saga.step.duration``               histogram  wall time of one step, in seconds
+========================================  =========  ============================================
+
+Every measurement carries the attribute ``saga.type``. Spans: ``saga.step`` (attributes
+``saga.type``, ``saga.step.index``, ``saga.event.type``) and ``saga.timeout`` (``saga.type``,
+``saga.timeout.name``); both add ``saga.correlation_id`` when an ambient correlation id is set.
+
+The meter and the tracer are obtained at first use, never at import, so a provider that the
+host installs after importing bsft_saga (in ``settings.py``, ``wsgi.py``, a Celery signal)
+still receives everything. Instruments are created once and cached: when they were created
+before the host installed its provider, they are the API's proxy instruments, which forward
+to the real provider as soon as it is set.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from types import MappingProxyType
+from typing import Final
+
+from opentelemetry import metrics, trace
+from opentelemetry.metrics import Counter, Histogram, Meter
+from opentelemetry.trace import Span, Tracer
+from opentelemetry.util.types import Attributes
+
+from bsft_saga import __version__
+from bsft_saga.correlation import get_correlation_id
+
+__all__ = [
+    "COUNTERS",
+    "METER_NAME",
+    "STEP_DURATION",
+    "TRACER_NAME",
+    "count",
+    "step_span",
+    "timeout_span",
+]
+
+METER_NAME: Final = "bsft.saga"
+TRACER_NAME: Final = "bsft.saga"
+
+#: Counter suffixes accepted by :func:`count` (the full name is ``bsft.saga.<suffix>``),
+#: with the description exported alongside each.
+COUNTERS: Final[Mapping[str, str]] = MappingProxyType(
+    {
+        "started": "Saga instances created by a start event.",
+        "completed": "Saga instances completed.",
+        "timeout.scheduled": "Timers written by a saga step.",
+        "timeout.fired": "Timers whose event was published.",
+        "timeout.canceled": "Pending timers cancelled by a step, the end of a wait, or completion.",
+        "timeout.missed": "Due timers skipped by the catch-up policy.",
+        "timeout.dead_lettered": "Timers given up after MAX_DISPATCH_ATTEMPTS failed dispatches.",
+    }
+)
+#: Full name of the step duration histogram.
+STEP_DURATION: Final = "bsft.saga.step.duration"
+
+ATTR_SAGA_TYPE: Final = "saga.type"
+ATTR_STEP_INDEX: Final = "saga.step.index"
+ATTR_EVENT_TYPE: Final = "saga.event.type"
+ATTR_TIMEOUT_NAME: Final = "saga.timeout.name"
+ATTR_CORRELATION_ID: Final = "saga.correlation_id"
+
+_lock = threading.Lock()
+_meter: Meter | None = None
+_counters: dict[str, Counter] = {}
+_histogram: Histogram | None = None
+_tracer_instance: Tracer | None = None
+
+
+def _get_meter() -> Meter:
+    # Called with _lock held.
+    global _meter
+    if _meter is None:
+        _meter = metrics.get_meter(METER_NAME, __version__)
+    return _meter
+
+
+def _counter(instrument: str) -> Counter:
+    counter = _counters.get(instrument)
+    if counter is not None:
+        return counter
+    if instrument not in COUNTERS:
+        raise ValueError(
+            f"Unknown bsft_saga counter {instrument!r}; expected one of {sorted(COUNTERS)}."
+        )
+    with _lock:
+        counter = _counters.get(instrument)
+        if counter is None:
+            counter = _get_meter().create_counter(
+                f"{METER_NAME}.{instrument}", unit="1", description=COUNTERS[instrument]
+            )
+            _counters[instrument] = counter
+    return counter
+
+
+def _step_duration() -> Histogram:
+    global _histogram
+    if _histogram is None:
+        with _lock:
+            if _histogram is None:
+                _histogram = _get_meter().create_histogram(
+                    STEP_DURATION, unit="s", description="Wall time of one saga step."
+                )
+    return _histogram
+
+
+def _tracer() -> Tracer:
+    # Before the host installs a provider this is the API's ProxyTracer, which switches to
+    # the real provider's tracer once one is set, so caching it is safe.
+    global _tracer_instance
+    if _tracer_instance is None:
+        with _lock:
+            if _tracer_instance is None:
+                _tracer_instance = trace.get_tracer(TRACER_NAME, __version__)
+    return _tracer_instance
+
+
+def count(instrument: str, saga_type: str, amount: int = 1) -> None:
+    """Add ``amount`` to the counter ``bsft.saga.<instrument>`` for ``saga_type``.
+
+    ``instrument`` is a key of :data:`COUNTERS`, e.g. ``count("timeout.fired",
+    "quotes.follow-up")``; anything else is a ``ValueError``, as is a negative ``amount``
+    (counters only go up); an ``amount`` of 0 records nothing. Counting is in-process and
+    not transactional: call it after the work it counts has committed.
+    """
+    counter = _counter(instrument)
+    if amount < 0:
+        raise ValueError(f"A counter only goes up; got amount={amount} for {instrument!r}.")
+    if amount:
+        counter.add(amount, {ATTR_SAGA_TYPE: saga_type})
+
+
+def _span_attributes(attributes: dict[str, str | int]) -> Attributes:
+    correlation_id = get_correlation_id()
+    if correlation_id is not None:
+        attributes[ATTR_CORRELATION_ID] = correlation_id
+    return attributes
+
+
+@contextmanager
+def step_span(saga_type: str, *, step_index: int, event_type: str) -> Iterator[Span]:
+    """Run the block as one saga step: a ``saga.step`` span plus a duration measurement.
+
+    The span carries ``saga.type``, ``saga.step.index`` and ``saga.event.type``. On exit the
+    elapsed time (``time.perf_counter``, in seconds) is recorded into
+    ``bsft.saga.step.duration`` with ``saga.type``, whether the block succeeded or raised.
+    An exception is recorded on the span, which gets an error status, and is re-raised.
+    """
+    attributes = _span_attributes(
+        {ATTR_SAGA_TYPE: saga_type, ATTR_STEP_INDEX: step_index, ATTR_EVENT_TYPE: event_type}
+    )
+    started = time.perf_counter()
+    try:
+        with _tracer().start_as_current_span("saga.step", attributes=attributes) as span:
+            yield span
+    finally:
+        _step_duration().record(time.perf_counter() - started, {ATTR_SAGA_TYPE: saga_type})
+
+
+@contextmanager
+def timeout_span(saga_type: str, timeout_name: str) -> Iterator[Span]:
+    """Run the block (dispatching one timer) inside a ``saga.timeout`` span.
+
+    The span carries ``saga.type`` and ``saga.timeout.name``; an exception is recorded on
+    it, which gets an error status, and is re-raised.
+    """
+    attributes = _span_attributes({ATTR_SAGA_TYPE: saga_type, ATTR_TIMEOUT_NAME: timeout_name})
+    with _tracer().start_as_current_span("saga.timeout", attributes=attributes) as span:
+        yield span

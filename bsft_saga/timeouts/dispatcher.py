@@ -1,0 +1,200 @@
+"""``drain_due()``: one dispatch pass over due timers.
+
+A pass reads due pending rows (oldest first, at most ``BATCH_SIZE``), claims them, applies
+the catch-up policy, and publishes each claimed row's event under the correlation id it
+was scheduled with. Claims are fenced by a token: on backends with ``SKIP LOCKED`` the
+rows are selected ``FOR UPDATE SKIP LOCKED`` so that concurrent dispatchers take disjoint
+rows; elsewhere each row is claimed by a conditional update. A claim is a lease: rows of
+a dispatcher that died are taken over once it expires, and the stale holder's writes no
+longer match the token.
+
+When a step of the timer's own saga handles its event, that step's window stamps the
+timer in the same commit (exactly once for the saga). Every other receiver gets the
+event at least once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import uuid
+from dataclasses import dataclass
+from datetime import datetime
+
+from django.db import connection, transaction
+from django.db.models import F
+
+from bsft_saga import clock, telemetry
+from bsft_saga.conf import TimeoutSettings, saga_settings
+from bsft_saga.events import codec
+from bsft_saga.events.envelope import Envelope, TimerOrigin
+from bsft_saga.events.registry import event_class
+from bsft_saga.events.sending import send_envelope
+from bsft_saga.models import SagaTimeout, TimeoutOutcome
+from bsft_saga.querysets import SagaTimeoutQuerySet
+from bsft_saga.timeouts.catch_up import select_missed
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class DrainReport:
+    """What one pass did. ``unclaimed``: due rows another dispatcher or a cancellation took."""
+
+    fired: int = 0
+    missed: int = 0
+    failed: int = 0
+    dead_lettered: int = 0
+    unclaimed: int = 0
+
+    def __add__(self, other: DrainReport) -> DrainReport:
+        return DrainReport(
+            self.fired + other.fired,
+            self.missed + other.missed,
+            self.failed + other.failed,
+            self.dead_lettered + other.dead_lettered,
+            self.unclaimed + other.unclaimed,
+        )
+
+    @property
+    def settled(self) -> int:
+        """Timers that stopped being due in this pass."""
+        return self.fired + self.missed + self.dead_lettered + self.unclaimed
+
+    def __str__(self) -> str:
+        return (
+            f"fired={self.fired} missed={self.missed} failed={self.failed} "
+            f"dead_lettered={self.dead_lettered} unclaimed={self.unclaimed}"
+        )
+
+
+def drain_due(*, batch_size: int | None = None, now: datetime | None = None) -> DrainReport:
+    """Run one dispatch pass and report what it did.
+
+    Safe to run from many processes at once. A failing row is counted, logged and left
+    pending (or dead-lettered at ``MAX_DISPATCH_ATTEMPTS``); it never stops the pass.
+    Only ``KeyboardInterrupt``/``SystemExit`` (a shutdown) escape.
+    """
+    config = saga_settings.timeouts
+    moment = now or clock.now()
+    limit = batch_size or config.batch_size
+    token = uuid.uuid4()
+    seen, claimed = _claim(limit, token, moment, config)
+    report = DrainReport(unclaimed=seen - len(claimed))
+    missed_ids = select_missed(claimed, config, moment)
+    for row in claimed:
+        if row.pk in missed_ids:
+            report += _stamp_missed(row, token)
+        else:
+            report += _fire(row, token, config)
+    return report
+
+
+def _claim(
+    limit: int, token: uuid.UUID, now: datetime, config: TimeoutSettings
+) -> tuple[int, list[SagaTimeout]]:
+    """Claim up to ``limit`` due rows; return how many were seen and the claimed rows."""
+    lease_until = now + config.claim_lease
+    if connection.features.has_select_for_update_skip_locked:
+        # Rows another dispatcher is claiming right now are skipped, not waited for, so
+        # concurrent passes take disjoint batches.
+        with transaction.atomic():
+            mine = list(
+                SagaTimeout.objects.due(now)
+                .select_for_update(skip_locked=True, of=("self",))
+                .values_list("id", flat=True)[:limit]
+            )
+            SagaTimeout.objects.filter(pk__in=mine).update(
+                claim_token=token, claimed_until=lease_until
+            )
+        seen = len(mine)
+    else:
+        # The conditional update is the fence: it matches only while nobody else holds
+        # a live claim on the row.
+        ids = list(SagaTimeout.objects.due(now).values_list("id", flat=True)[:limit])
+        seen = len(ids)
+        mine = [
+            pk
+            for pk in ids
+            if SagaTimeout.objects.due(now)
+            .filter(pk=pk)
+            .update(claim_token=token, claimed_until=lease_until)
+        ]
+    rows = list(
+        SagaTimeout.objects.filter(pk__in=mine, claim_token=token)
+        .select_related("saga")
+        .order_by("due_at", "id")
+    )
+    return seen, rows
+
+
+def _mine(row: SagaTimeout, token: uuid.UUID) -> SagaTimeoutQuerySet:
+    return SagaTimeout.objects.pending().filter(pk=row.pk, claim_token=token)
+
+
+def _stamp_missed(row: SagaTimeout, token: uuid.UUID) -> DrainReport:
+    if not _mine(row, token).update(dispatched_at=clock.now(), outcome=TimeoutOutcome.MISSED):
+        return DrainReport(unclaimed=1)
+    telemetry.count("timeout.missed", row.saga.saga_type)
+    return DrainReport(missed=1)
+
+
+def _fire(row: SagaTimeout, token: uuid.UUID, config: TimeoutSettings) -> DrainReport:
+    saga_type = row.saga.saga_type
+    try:
+        with telemetry.timeout_span(saga_type, row.name):
+            envelope = Envelope(
+                message_id=row.message_id,
+                event=codec.decode(event_class(row.event_type), row.payload),
+                event_type=row.event_type,
+                correlation_id=row.correlation_id or None,
+                causation_id=None,
+                deadline=row.saga.deadline,
+                published_at=clock.now(),
+                timer=TimerOrigin(
+                    timeout_id=row.pk, saga_id=row.saga_id, name=row.name, claim_token=token
+                ),
+            )
+            send_envelope(envelope)
+    except (Exception, asyncio.CancelledError) as exc:
+        # A cancellation raised by a woken step is that timer's failure, not a shutdown.
+        logger.exception(
+            "bsft_saga: timer %r (id %s) of %s failed to fire", row.name, row.pk, saga_type
+        )
+        return _record_failure(row, token, exc, config)
+    if _mine(row, token).update(dispatched_at=clock.now(), outcome=TimeoutOutcome.FIRED):
+        fired = True
+    else:
+        # Either the woken step of its own saga stamped it in its commit, or we lost it.
+        fired = SagaTimeout.objects.filter(
+            pk=row.pk, claim_token=token, outcome=TimeoutOutcome.FIRED
+        ).exists()
+    if not fired:
+        return DrainReport(unclaimed=1)
+    telemetry.count("timeout.fired", saga_type)
+    return DrainReport(fired=1)
+
+
+def _record_failure(
+    row: SagaTimeout, token: uuid.UUID, exc: BaseException, config: TimeoutSettings
+) -> DrainReport:
+    reason = f"{type(exc).__name__}: {exc}"[:4000]
+    attempts = row.attempts + 1
+    if attempts >= config.max_dispatch_attempts:
+        now = clock.now()
+        retired = _mine(row, token).update(
+            attempts=attempts,
+            last_error=reason,
+            dispatched_at=now,
+            outcome=TimeoutOutcome.DEAD_LETTERED,
+            dead_lettered_at=now,
+            dead_letter_reason=reason,
+        )
+        if retired:
+            telemetry.count("timeout.dead_lettered", row.saga.saga_type)
+            return DrainReport(dead_lettered=1)
+        return DrainReport(unclaimed=1)
+    released = _mine(row, token).update(
+        attempts=F("attempts") + 1, last_error=reason, claim_token=None, claimed_until=None
+    )
+    return DrainReport(failed=1) if released else DrainReport(unclaimed=1)

@@ -1,0 +1,89 @@
+"""Minimal settings for bsft_saga's own test suite.
+
+``DATABASE_URL`` selects the backend (SQLite file by default, PostgreSQL in the second run
+of ``make test``). Subprocess tests inherit these settings through the environment.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import environ
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+env = environ.Env()
+
+SECRET_KEY = "bsft-saga-tests"
+DEBUG = False
+USE_TZ = True
+TIME_ZONE = "UTC"
+ROOT_URLCONF = "tests.urls"
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "rest_framework",
+    "bsft_saga",
+    "tests.testapp",
+]
+
+MIDDLEWARE = [
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "bsft_saga.correlation.CorrelationMiddleware",
+]
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ]
+        },
+    }
+]
+
+_default_sqlite = BASE_DIR / ".test-db.sqlite3"
+DATABASES = {"default": env.db("DATABASE_URL", default=f"sqlite:///{_default_sqlite}")}
+if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
+    # A file, not :memory:, so subprocess tests and the Celery worker share the test database.
+    DATABASES["default"]["TEST"] = {
+        "NAME": os.environ.get("BSFT_SAGA_SQLITE_TEST_NAME", str(_default_sqlite))
+    }
+    DATABASES["default"]["OPTIONS"] = {"timeout": 30, "transaction_mode": "IMMEDIATE"}
+elif DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
+    DATABASES["default"]["TEST"] = {"NAME": "test_bsft_saga"}
+
+BSFT_SAGA = {
+    "TIMEOUTS": {"POLL_INTERVAL": 1},
+    "CALENDARS": {
+        "berlin": {
+            "BACKEND": "bsft_saga.calendars.WeekdayBusinessCalendar",
+            "OPTIONS": {"country": "DE", "subdiv": "BE", "timezone": "Europe/Berlin"},
+        },
+    },
+    "API": {"READ_CONTENT_PERMISSION": "bsft_saga.read_saga_content"},
+}
+
+# Unit tests run Celery tasks in-process; the real worker tests start a worker with
+# CELERY_TASK_ALWAYS_EAGER=0 in its environment.
+CELERY_BROKER_URL = env("CELERY_BROKER_URL", default="redis://127.0.0.1:6379/15")
+CELERY_TASK_ALWAYS_EAGER = env.bool("CELERY_TASK_ALWAYS_EAGER", default=True)
+CELERY_TASK_EAGER_PROPAGATES = True
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "handlers": {"console": {"class": "logging.StreamHandler"}},
+    "loggers": {"bsft_saga": {"handlers": ["console"], "level": "WARNING"}},
+}

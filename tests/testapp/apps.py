@@ -1,0 +1,16 @@
+from __future__ import annotations
+
+from django.apps import AppConfig
+
+
+class TestAppConfig(AppConfig):
+    name = "tests.testapp"
+    label = "testapp"
+    default_auto_field = "django.db.models.BigAutoField"
+
+    @property
+    def saga_flows(self) -> list[type]:
+        # Each test area keeps its flows in its own module's FLOWS list.
+        from tests.testapp import flows, timer_flows
+
+        return [*flows.FLOWS, *timer_flows.FLOWS]

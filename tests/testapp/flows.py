@@ -1,0 +1,205 @@
+"""Flows exercised by the engine tests."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field
+from datetime import timedelta
+from decimal import Decimal
+from typing import Any
+
+from bsft_saga import SagaFlow
+from tests.testapp.events import (
+    AsyncStarted,
+    BadKeyEvent,
+    FailingNext,
+    FailingStarted,
+    OrderCancelled,
+    OrderPlaced,
+    OrderShipped,
+    Ping,
+    ReserveStock,
+    StockReserved,
+    Tick,
+)
+
+
+@dataclass
+class OrderState:
+    total: Decimal = Decimal("0")
+    reserved: bool = False
+    cancelled: bool = False
+    big_order: bool = False
+    small_order: bool = False
+    shipped: bool = False
+    log: list[str] = field(default_factory=list)
+
+
+def _record_total(ctx: Any, e: OrderPlaced) -> None:
+    ctx.state.total = e.total
+    ctx.state.log.append("placed")
+    ctx.publish(ReserveStock(e.order_id))
+
+
+def _on_reserved_or_cancelled(ctx: Any, e: StockReserved | OrderCancelled) -> None:
+    ctx.state.reserved = isinstance(e, StockReserved)
+    ctx.state.cancelled = isinstance(e, OrderCancelled)
+    ctx.state.log.append(type(e).__name__)
+    if ctx.state.cancelled:
+        ctx.mark_complete()
+
+
+class OrderFlow(SagaFlow):
+    saga_type = "tests.order"
+
+    def configure(self, factory: Any) -> None:
+        (
+            factory.with_state(OrderState)
+            .start_with(OrderPlaced, key=lambda e: e.order_id)
+            .then(_record_total)
+            .wait_for(StockReserved, key=lambda e: e.order_id)
+            .or_(OrderCancelled, key=lambda e: e.order_id)
+            .then(_on_reserved_or_cancelled)
+            .when(
+                lambda ctx, e: ctx.state.total >= 100,
+                lambda ctx, e: setattr(ctx.state, "big_order", True),
+            )
+            .when_not(
+                lambda ctx, e: ctx.state.total >= 100,
+                lambda ctx, e: setattr(ctx.state, "small_order", True),
+            )
+            .wait_for(OrderShipped, key=lambda e: e.order_id)
+            .then(lambda ctx, e: setattr(ctx.state, "shipped", True))
+            .complete()
+        )
+
+
+@dataclass
+class CounterState:
+    count: int = 0
+    seen: list[int] = field(default_factory=list)
+
+
+COUNTER_STEPS = 1000
+
+
+def _count(ctx: Any, e: Tick) -> None:
+    ctx.state.count += 1
+    ctx.state.seen.append(e.n)
+
+
+class CounterFlow(SagaFlow):
+    """Every Tick for a counter id is one step: the concurrency tests count them."""
+
+    saga_type = "tests.counter"
+
+    def configure(self, factory: Any) -> None:
+        builder = factory.with_state(CounterState).start_with(Tick, key=lambda e: e.counter_id)
+        builder.then(_count)
+        for _ in range(COUNTER_STEPS):
+            builder.wait_for(Tick, key=lambda e: e.counter_id).then(_count)
+        builder.build()
+
+
+@dataclass
+class PingState:
+    pings: int = 0
+
+
+class SingleInstanceFlow(SagaFlow):
+    """No key: the flow has a single instance."""
+
+    saga_type = "tests.single"
+
+    def configure(self, factory: Any) -> None:
+        (
+            factory.with_state(PingState)
+            .start_with(Ping)
+            .then(lambda ctx, e: setattr(ctx.state, "pings", ctx.state.pings + 1))
+            .wait_for(Ping)
+            .then(lambda ctx, e: setattr(ctx.state, "pings", ctx.state.pings + 1))
+            .complete()
+        )
+
+
+@dataclass
+class AsyncState:
+    steps: list[str] = field(default_factory=list)
+
+
+async def _async_body(ctx: Any, e: AsyncStarted) -> None:
+    await asyncio.sleep(0)
+    ctx.state.steps.append(f"async:{e.job_id}")
+
+
+class AsyncBodyFlow(SagaFlow):
+    saga_type = "tests.async"
+
+    def configure(self, factory: Any) -> None:
+        (
+            factory.with_state(AsyncState)
+            .start_with(AsyncStarted, key=lambda e: e.job_id)
+            .then(_async_body)
+            .then(lambda ctx, e: ctx.state.steps.append("sync"))
+            .build()
+        )
+
+
+class StatelessFlow(SagaFlow):
+    saga_type = "tests.stateless"
+
+    def configure(self, factory: Any) -> None:
+        factory.stateless().start_with(OrderShipped, key=lambda e: e.order_id).build()
+
+
+class BadKeyFlow(SagaFlow):
+    """Its key returns an int: a TypeError at run time naming the flow and the step."""
+
+    saga_type = "tests.bad-key"
+
+    def configure(self, factory: Any) -> None:
+        factory.stateless().start_with(BadKeyEvent, key=lambda e: e.number).complete()
+
+
+@dataclass
+class FailingState:
+    attempts: int = 0
+    tags: list[str] = field(default_factory=list)
+
+
+class StepFailed(RuntimeError):
+    pass
+
+
+def _maybe_fail(ctx: Any, e: FailingStarted | FailingNext) -> None:
+    ctx.state.attempts += 1
+    ctx.publish(ReserveStock(e.job_id))
+    ctx.schedule_timeout("never", timedelta(hours=1), ReserveStock(e.job_id))
+    if getattr(e, "fail", False) or "fail" in getattr(e, "tags", []):
+        raise StepFailed(f"step failed for {e.job_id}")
+
+
+class FailingFlow(SagaFlow):
+    saga_type = "tests.failing"
+
+    def configure(self, factory: Any) -> None:
+        (
+            factory.with_state(FailingState)
+            .start_with(FailingStarted, key=lambda e: e.job_id)
+            .then(_maybe_fail)
+            .wait_for(FailingNext, key=lambda e: e.job_id)
+            .then(lambda ctx, e: ctx.state.tags.extend(e.tags))
+            .then(_maybe_fail)
+            .build()
+        )
+
+
+FLOWS: list[type[SagaFlow]] = [
+    OrderFlow,
+    CounterFlow,
+    SingleInstanceFlow,
+    AsyncBodyFlow,
+    StatelessFlow,
+    BadKeyFlow,
+    FailingFlow,
+]
