@@ -84,3 +84,35 @@ def check_skip_locked(
             id="bsft_saga.W001",
         )
     ]
+
+
+@register(Tags.security)
+def check_audit_recorder(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
+    """E030: serving saga content (state, timer payloads) with no audit recorder behind it
+    would leave reads of personal data untraced; the detail route refuses to run."""
+    if validate(getattr(settings, SETTING_NAME, None)):
+        return []
+    from django.core.exceptions import ImproperlyConfigured
+
+    from bsft_saga.audit import get_audit_recorder
+    from bsft_saga.conf import saga_settings
+
+    if not saga_settings.api["READ_CONTENT_PERMISSION"]:
+        return []
+    try:
+        recorder = get_audit_recorder()
+    except ImproperlyConfigured as exc:
+        problem = str(exc)
+    else:
+        if recorder is not None:
+            return []
+        problem = "READ_CONTENT_PERMISSION is set but AUDIT_RECORDER is None"
+    return [
+        Error(
+            f"{SETTING_NAME}['API']: {problem}",
+            hint="Keep the default 'bsft_saga.audit.ModelAuditRecorder', name your own "
+            "recorder class, or set READ_CONTENT_PERMISSION to None to unmap the detail route.",
+            obj=SETTING_NAME,
+            id="bsft_saga.E030",
+        )
+    ]

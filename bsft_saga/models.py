@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import uuid
 
+from django.conf import settings
 from django.db import models
 from django.db.models import Q
 from django.utils.translation import gettext_lazy as _
@@ -235,3 +236,33 @@ class SagaTimeout(models.Model):
     @property
     def is_pending(self) -> bool:
         return self.dispatched_at is None
+
+
+class SagaAuditRecord(models.Model):
+    """Who read saga content through the HTTP surface (``ModelAuditRecorder``)."""
+
+    action = models.CharField(_("action"), max_length=100)
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        verbose_name=_("user"),
+        on_delete=models.SET_NULL,
+        null=True,
+        blank=True,
+        related_name="+",
+    )
+    username = models.CharField(
+        _("username"), max_length=150, blank=True, help_text=_("Kept if the user is deleted.")
+    )
+    saga_type = models.CharField(_("saga type"), max_length=200)
+    correlation_key = models.CharField(_("correlation key"), max_length=200, blank=True)
+    instance_id = models.UUIDField(_("instance id"), null=True, blank=True)
+    correlation_id = models.CharField(_("correlation id"), max_length=200, blank=True)
+    recorded_at = models.DateTimeField(_("recorded at"))
+
+    class Meta:
+        verbose_name = _("saga audit record")
+        verbose_name_plural = _("saga audit records")
+        indexes = [models.Index(fields=["-recorded_at"], name="bsft_saga_audit_recorded_idx")]
+
+    def __str__(self) -> str:
+        return f"{self.action} {self.saga_type} by {self.username or '-'}"

@@ -135,7 +135,7 @@ def _deliver_one(message_id: uuid.UUID, now: datetime) -> DeliveryReport:
 
 def envelope_of(row: SagaOutboxMessage) -> Envelope:
     """Rebuild the envelope a row publishes; ``UnknownEventType`` if its type is gone."""
-    event = codec.decode(event_class(row.event_type), row.payload)
+    event: object = codec.decode(event_class(row.event_type), row.payload)
     return Envelope(
         message_id=row.pk,
         event=event,

@@ -9,20 +9,15 @@ from django.db import models
 from django.db.models import Q
 
 if TYPE_CHECKING:
-    from bsft_saga.models import SagaInstance, SagaOutboxMessage, SagaTimeout
-
-    _InstanceBase = models.QuerySet[SagaInstance]
-    _TimeoutBase = models.QuerySet[SagaTimeout]
-    _OutboxBase = models.QuerySet[SagaOutboxMessage]
-else:
-    _InstanceBase = _TimeoutBase = _OutboxBase = models.QuerySet
+    # Named in the string type arguments of the QuerySet bases below.
+    from bsft_saga.models import SagaInstance, SagaOutboxMessage, SagaTimeout  # noqa: F401
 
 
 def _claim_free(now: datetime) -> Q:
     return Q(claimed_until__isnull=True) | Q(claimed_until__lt=now)
 
 
-class SagaInstanceQuerySet(_InstanceBase):
+class SagaInstanceQuerySet(models.QuerySet["SagaInstance"]):
     def active(self) -> SagaInstanceQuerySet:
         return self.filter(is_complete=False)
 
@@ -34,7 +29,7 @@ class SagaInstanceQuerySet(_InstanceBase):
         return self.active().filter(updated_at__lt=since)
 
 
-class SagaTimeoutQuerySet(_TimeoutBase):
+class SagaTimeoutQuerySet(models.QuerySet["SagaTimeout"]):
     def pending(self) -> SagaTimeoutQuerySet:
         return self.filter(dispatched_at__isnull=True)
 
@@ -52,7 +47,7 @@ class SagaTimeoutQuerySet(_TimeoutBase):
         return self.filter(dispatched_at__lt=cutoff)
 
 
-class SagaOutboxQuerySet(_OutboxBase):
+class SagaOutboxQuerySet(models.QuerySet["SagaOutboxMessage"]):
     def pending(self) -> SagaOutboxQuerySet:
         return self.filter(delivered_at__isnull=True, dead_lettered_at__isnull=True)
 

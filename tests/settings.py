@@ -6,7 +6,9 @@ of ``make test``). Subprocess tests inherit these settings through the environme
 
 from __future__ import annotations
 
+import json
 import os
+import tempfile
 from pathlib import Path
 
 import environ
@@ -53,19 +55,28 @@ TEMPLATES = [
     }
 ]
 
+# Test databases are named per test run (pid), so that concurrent runs never share one.
+# Child processes get the test database's own name through DATABASE_URL instead.
+_run = os.getpid()
 _default_sqlite = BASE_DIR / ".test-db.sqlite3"
 DATABASES = {"default": env.db("DATABASE_URL", default=f"sqlite:///{_default_sqlite}")}
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     # A file, not :memory:, so subprocess tests and the Celery worker share the test database.
     DATABASES["default"]["TEST"] = {
-        "NAME": os.environ.get("BSFT_SAGA_SQLITE_TEST_NAME", str(_default_sqlite))
+        "NAME": os.environ.get(
+            "BSFT_SAGA_SQLITE_TEST_NAME",
+            os.path.join(tempfile.gettempdir(), f"bsft_saga_test_{_run}.sqlite3"),
+        )
     }
     DATABASES["default"]["OPTIONS"] = {"timeout": 30, "transaction_mode": "IMMEDIATE"}
 elif DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
-    DATABASES["default"]["TEST"] = {"NAME": "test_bsft_saga"}
+    DATABASES["default"]["TEST"] = {
+        "NAME": os.environ.get("BSFT_SAGA_PG_TEST_NAME", f"test_bsft_saga_{_run}")
+    }
 
 BSFT_SAGA = {
-    "TIMEOUTS": {"POLL_INTERVAL": 1},
+    # Subprocess tests tune the dispatcher (e.g. a short CLAIM_LEASE) through the environment.
+    "TIMEOUTS": {"POLL_INTERVAL": 1, **json.loads(os.environ.get("BSFT_SAGA_TIMEOUTS_JSON", "{}"))},
     "CALENDARS": {
         "berlin": {
             "BACKEND": "bsft_saga.calendars.WeekdayBusinessCalendar",

@@ -183,7 +183,8 @@ def same(a: Any, b: Any) -> bool:
     if isinstance(a, Decimal):
         return str(a) == str(b)
     if isinstance(a, datetime):
-        return a.replace(tzinfo=None) == b.replace(tzinfo=None) and a.utcoffset() == b.utcoffset()
+        wall_time_equal: bool = a.replace(tzinfo=None) == b.replace(tzinfo=None)
+        return wall_time_equal and a.utcoffset() == b.utcoffset()
     if dataclasses.is_dataclass(a):
         return all(same(getattr(a, f.name), getattr(b, f.name)) for f in dataclasses.fields(a))
     if isinstance(a, list | tuple):
@@ -375,6 +376,16 @@ def test_decimal_keeps_its_exact_form(text: str) -> None:
 def test_datetime_is_written_in_isoformat_with_microseconds_and_offset() -> None:
     moment = datetime(2024, 1, 2, 3, 4, 5, 6, tzinfo=timezone(timedelta(hours=5, minutes=30)))
     assert encode(Scalars_with(moment=moment))["moment"] == "2024-01-02T03:04:05.000006+05:30"
+
+
+def test_datetime_subclasses_are_accepted_and_read_back_as_datetime() -> None:
+    class FakeDatetime(datetime):  # what freezegun's clock returns
+        pass
+
+    moment = FakeDatetime(2024, 1, 2, 3, 4, 5, tzinfo=UTC)
+    decoded = through_json(Scalars_with(moment=moment)).moment
+    assert type(decoded) is datetime
+    assert decoded == moment
 
 
 def test_enum_is_written_as_its_value() -> None:

@@ -328,8 +328,8 @@ class _EnumCodec(_Codec):
         for member in enum.__members__.values():
             if type(member.value) not in (str, int):
                 raise _Unsupported(
-                    f"{enum.__qualname__}.{member.name} has a "
-                    f"{type(member.value).__qualname__} value; enum values must be str or int"
+                    f"{_name(enum)}.{member.name} has a "
+                    f"{_name(type(member.value))} value; enum values must be str or int"
                 )
         self.enum = enum
 
@@ -640,7 +640,7 @@ def _compile_key(annotation: Any) -> _KeyCodec:
         if kinds == {int}:
             return _KeyCodec(codec, numeric=True)
         raise _Unsupported(
-            f"dict key {annotation.__qualname__} mixes str and int values, which collide "
+            f"dict key {_name(annotation)} mixes str and int values, which collide "
             "as JSON object keys"
         )
     raise _Unsupported(

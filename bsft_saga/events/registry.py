@@ -58,7 +58,7 @@ def event_type_of(obj_or_cls: Any) -> str:
     return str(name)
 
 
-def event_class(name: str) -> type:
+def event_class(name: str) -> type[Any]:
     """Return the class registered under ``name``; ``UnknownEventType`` if there is none."""
     try:
         return _by_name[name]

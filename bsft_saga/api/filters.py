@@ -1,0 +1,26 @@
+"""Query filters of the instance list."""
+
+from __future__ import annotations
+
+import django_filters
+
+from bsft_saga.models import SagaInstance
+
+
+class SagaInstanceFilter(django_filters.FilterSet):
+    """The stall query is ``?is_complete=false&updated_before=<an hour ago>``."""
+
+    saga_type = django_filters.CharFilter()
+    saga_type_prefix = django_filters.CharFilter(field_name="saga_type", lookup_expr="startswith")
+    correlation_key = django_filters.CharFilter()
+    state_type = django_filters.CharFilter()
+    is_complete = django_filters.BooleanFilter()
+    created_after = django_filters.IsoDateTimeFilter(field_name="created_at", lookup_expr="gte")
+    created_before = django_filters.IsoDateTimeFilter(field_name="created_at", lookup_expr="lt")
+    updated_after = django_filters.IsoDateTimeFilter(field_name="updated_at", lookup_expr="gte")
+    updated_before = django_filters.IsoDateTimeFilter(field_name="updated_at", lookup_expr="lt")
+    min_step_index = django_filters.NumberFilter(field_name="step_index", lookup_expr="gte")
+
+    class Meta:
+        model = SagaInstance
+        fields: list[str] = []

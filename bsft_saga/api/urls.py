@@ -1,0 +1,18 @@
+"""Include with ``path("api/sagas/", include("bsft_saga.api.urls"))``."""
+
+from __future__ import annotations
+
+from django.urls import path
+from rest_framework.routers import SimpleRouter
+
+from bsft_saga.api.views import SagaInstanceViewSet, SagaSchemaView
+
+app_name = "bsft_saga"
+
+router = SimpleRouter()
+router.register("instances", SagaInstanceViewSet, basename="instance")
+
+urlpatterns = [
+    path("schema/", SagaSchemaView.as_view(urlconf=router.urls), name="schema"),
+    *router.urls,
+]

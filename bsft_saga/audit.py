@@ -1,0 +1,78 @@
+"""Audit recorders: who read saga state and timer payloads.
+
+An audit recorder is any object with ``record(*, action, user, saga_type, correlation_key,
+instance_id) -> None``; ``BSFT_SAGA["API"]["AUDIT_RECORDER"]`` names its class.
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any, Protocol, runtime_checkable
+
+from django.core.exceptions import ImproperlyConfigured
+from django.utils.module_loading import import_string
+
+from bsft_saga import clock
+from bsft_saga.conf import saga_settings
+from bsft_saga.correlation import get_correlation_id
+
+READ_CONTENT = "saga.instance.read-content"
+
+
+@runtime_checkable
+class AuditRecorder(Protocol):
+    def record(
+        self,
+        *,
+        action: str,
+        user: Any,
+        saga_type: str,
+        correlation_key: str | None,
+        instance_id: uuid.UUID | None,
+    ) -> None: ...
+
+
+class ModelAuditRecorder:
+    """Stores each record as a ``SagaAuditRecord`` row (listed read-only in the admin)."""
+
+    def record(
+        self,
+        *,
+        action: str,
+        user: Any,
+        saga_type: str,
+        correlation_key: str | None,
+        instance_id: uuid.UUID | None,
+    ) -> None:
+        from bsft_saga.models import SagaAuditRecord
+
+        authenticated = user is not None and getattr(user, "is_authenticated", False)
+        SagaAuditRecord.objects.create(
+            action=action,
+            user=user if authenticated else None,
+            username=user.get_username() if authenticated else "",
+            saga_type=saga_type,
+            correlation_key=correlation_key or "",
+            instance_id=instance_id,
+            correlation_id=get_correlation_id() or "",
+            recorded_at=clock.now(),
+        )
+
+
+def get_audit_recorder() -> AuditRecorder | None:
+    """Build the configured recorder; ``None`` when ``AUDIT_RECORDER`` is ``None``."""
+    path = saga_settings.api["AUDIT_RECORDER"]
+    if path is None:
+        return None
+    try:
+        recorder = import_string(path)()
+    except (ImportError, TypeError) as exc:
+        raise ImproperlyConfigured(
+            f"BSFT_SAGA['API']['AUDIT_RECORDER'] = {path!r} cannot be built: {exc}"
+        ) from exc
+    if not isinstance(recorder, AuditRecorder):
+        raise ImproperlyConfigured(
+            f"BSFT_SAGA['API']['AUDIT_RECORDER'] = {path!r} has no "
+            "record(*, action, user, saga_type, correlation_key, instance_id) method"
+        )
+    return recorder

@@ -1,0 +1,135 @@
+"""Flows of the load, fault-injection and race tests, and of bench/run.py.
+
+Every flow here is deliberately tiny: what these tests count is how often a step ran,
+so each body does one observable thing.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import Any
+
+from bsft_saga import SagaFlow
+from tests.testapp.load_events import (
+    BenchPing,
+    CountStarted,
+    CountWake,
+    RaceBump,
+    RaceOpened,
+    RaceReminderDue,
+    ReminderDone,
+    ReminderDue,
+    ReminderStarted,
+)
+
+WAKE_TIMER = "wake"
+REMINDER_TIMER = "remind"
+RACE_TIMER = "reminder"
+
+
+@dataclass
+class CountState:
+    count: int = 0
+
+
+def _schedule_wake(ctx: Any, e: CountStarted) -> None:
+    ctx.schedule_timeout(
+        WAKE_TIMER, timedelta(seconds=e.wake_after_seconds), CountWake(e.counter_id)
+    )
+
+
+def _count(ctx: Any, e: CountWake) -> None:
+    ctx.state.count += 1
+
+
+class CountingFlow(SagaFlow):
+    """The start step schedules a timer that wakes the next step, which counts.
+
+    Not auto-completed: the instance stays active at step 2, so a redelivered wake-up is
+    dropped by the step guard (and the inbox), not by "no active instance".
+    """
+
+    saga_type = "tests.load.counting"
+
+    def configure(self, factory: Any) -> None:
+        (
+            factory.with_state(CountState)
+            .start_with(CountStarted, key=lambda e: e.counter_id)
+            .then(_schedule_wake)
+            .wait_for(CountWake, key=lambda e: e.counter_id)
+            .then(_count)
+            .build()
+        )
+
+
+class ReminderFlow(SagaFlow):
+    """Its timer's event is handled by no saga step, only by plain receivers.
+
+    So the dispatcher's own stamp is the one that retires the timer.
+    """
+
+    saga_type = "tests.load.reminder"
+
+    def configure(self, factory: Any) -> None:
+        (
+            factory.stateless()
+            .start_with(ReminderStarted, key=lambda e: e.reminder_id)
+            .then(
+                lambda ctx, e: ctx.schedule_timeout(
+                    REMINDER_TIMER, timedelta(0), ReminderDue(e.reminder_id)
+                )
+            )
+            .wait_for(ReminderDone, key=lambda e: e.reminder_id)
+            .complete()
+        )
+
+
+@dataclass
+class RaceState:
+    bumps: int = 0
+    bumped_by: list[str] = field(default_factory=list)
+
+
+def _reschedule(ctx: Any, e: RaceOpened | RaceBump) -> None:
+    ctx.schedule_timeout(
+        RACE_TIMER, timedelta(days=1), RaceReminderDue(e.race_id), scope="saga"
+    )
+    if isinstance(e, RaceBump):
+        ctx.state.bumps += 1
+        ctx.state.bumped_by.append(e.by)
+
+
+class RaceFlow(SagaFlow):
+    """Every step (re)schedules the same saga-scoped timer name."""
+
+    saga_type = "tests.load.race"
+
+    def configure(self, factory: Any) -> None:
+        (
+            factory.with_state(RaceState)
+            .start_with(RaceOpened, key=lambda e: e.race_id)
+            .then(_reschedule)
+            .wait_for(RaceBump, key=lambda e: e.race_id)
+            .then(_reschedule)
+            .wait_for(RaceBump, key=lambda e: e.race_id)
+            .then(_reschedule)
+            .build()
+        )
+
+
+class BenchFlow(SagaFlow):
+    """A one-step flow: each publish starts and completes an instance (bench/run.py)."""
+
+    saga_type = "tests.load.bench"
+
+    def configure(self, factory: Any) -> None:
+        (
+            factory.stateless()
+            .start_with(BenchPing, key=lambda e: e.ping_id)
+            .then(lambda ctx, e: None)
+            .complete()
+        )
+
+
+FLOWS: list[type[SagaFlow]] = [CountingFlow, ReminderFlow, RaceFlow, BenchFlow]
