@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import django_filters
+from django_filters import rest_framework as drf_filters
 
 from bsft_saga.models import SagaInstance
 
@@ -14,7 +15,7 @@ class SagaInstanceFilter(django_filters.FilterSet):
     saga_type_prefix = django_filters.CharFilter(field_name="saga_type", lookup_expr="startswith")
     correlation_key = django_filters.CharFilter()
     state_type = django_filters.CharFilter()
-    is_complete = django_filters.BooleanFilter()
+    is_complete = drf_filters.BooleanFilter()  # accepts true/false and 1/0
     created_after = django_filters.IsoDateTimeFilter(field_name="created_at", lookup_expr="gte")
     created_before = django_filters.IsoDateTimeFilter(field_name="created_at", lookup_expr="lt")
     updated_after = django_filters.IsoDateTimeFilter(field_name="updated_at", lookup_expr="gte")

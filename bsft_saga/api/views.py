@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from django.core.exceptions import ImproperlyConfigured
+from django.db.models import Prefetch
 from django.http import Http404
 from django_filters.rest_framework import DjangoFilterBackend
 from drf_spectacular.openapi import AutoSchema
@@ -24,7 +25,7 @@ from bsft_saga.api.permissions import CanReadSagaContent, CanViewSagas
 from bsft_saga.api.serializers import SagaInstanceDetailSerializer, SagaInstanceSerializer
 from bsft_saga.audit import READ_CONTENT, get_audit_recorder
 from bsft_saga.conf import saga_settings
-from bsft_saga.models import SagaInstance
+from bsft_saga.models import SagaInstance, SagaTimeout
 
 
 class SagaPagination(PageNumberPagination):
@@ -47,6 +48,12 @@ class SagaInstanceViewSet(ReadOnlyModelViewSet[SagaInstance]):
     renderer_classes = [JSONRenderer]
     schema = AutoSchema()
 
+    def initial(self, request: Request, *args: Any, **kwargs: Any) -> None:
+        # Before authentication and permissions, so that everyone gets the same 404.
+        if self.action == "retrieve" and not saga_settings.api["READ_CONTENT_PERMISSION"]:
+            raise Http404("Reading saga content is not enabled.")
+        super().initial(request, *args, **kwargs)
+
     def get_permissions(self) -> list[BasePermission]:
         if self.action == "retrieve":
             return [CanViewSagas(), CanReadSagaContent()]
@@ -60,12 +67,11 @@ class SagaInstanceViewSet(ReadOnlyModelViewSet[SagaInstance]):
     def get_queryset(self) -> Any:
         queryset = super().get_queryset()
         if self.action == "retrieve":
-            return queryset.prefetch_related("timeouts")
+            timeouts = SagaTimeout.objects.order_by("due_at", "id")
+            return queryset.prefetch_related(Prefetch("timeouts", queryset=timeouts))
         return queryset
 
     def retrieve(self, request: Request, *args: Any, **kwargs: Any) -> Response:
-        if not saga_settings.api["READ_CONTENT_PERMISSION"]:
-            raise Http404("Reading saga content is not enabled.")
         recorder = get_audit_recorder()
         if recorder is None:
             raise ImproperlyConfigured(
