@@ -11,6 +11,7 @@ from datetime import datetime, timedelta
 from types import TracebackType
 from typing import Any
 
+from django.db.models import Min
 from freezegun import freeze_time
 
 from bsft_saga import clock
@@ -124,9 +125,12 @@ class SagaHarness:
     def get_saga(self, flow: type | str, key: str | None = None) -> SagaInstance | None:
         """The newest instance of ``flow`` (class or saga type) for ``key``, complete or not."""
         definition = flow_registry.get(flow)
+        # Under a frozen clock several instances share created_at; the first inbox row of
+        # each (written in the transaction that created it) orders them by creation.
         return (
             SagaInstance.objects.for_key(definition.saga_type, key or "")
-            .order_by("-created_at", "is_complete")
+            .annotate(first_handled=Min("inbox_entries__id"))
+            .order_by("-created_at", "-first_handled")
             .first()
         )
 

@@ -10,41 +10,22 @@ from __future__ import annotations
 import uuid
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any, Generic, Literal, TypeVar
+from typing import Any, Generic, TypeVar
 
 from bsft_saga.calendars import get_calendar
 from bsft_saga.events import codec
 from bsft_saga.events.envelope import Envelope
 from bsft_saga.events.registry import event_type_of
+from bsft_saga.timeouts.requests import (
+    RESERVED_PREFIX,
+    CancelAllTimers,
+    CancelTimer,
+    TimeoutScopeName,
+    TimerOperation,
+    TimerRequest,
+)
 
 S = TypeVar("S")
-
-TimeoutScopeName = Literal["step", "saga"]
-
-
-@dataclass(frozen=True)
-class TimerRequest:
-    """A timer a step asked to schedule; written by the window."""
-
-    name: str
-    due_at: datetime
-    event_type: str
-    payload: dict[str, Any]
-    calendar_key: str
-    scope: TimeoutScopeName
-
-
-@dataclass(frozen=True)
-class CancelTimer:
-    name: str
-
-
-@dataclass(frozen=True)
-class CancelAllTimers:
-    pass
-
-
-TimerOperation = TimerRequest | CancelTimer | CancelAllTimers
 
 
 @dataclass
@@ -124,6 +105,11 @@ class SagaContext(Generic[S]):
             raise ValueError(
                 f"schedule_timeout: name must be a non-empty str of <= 200 chars, got {name!r}"
             )
+        if name.startswith(RESERVED_PREFIX):
+            raise ValueError(
+                f"schedule_timeout({name!r}): names starting with {RESERVED_PREFIX!r} are "
+                "reserved for bsft_saga's own timers"
+            )
         if scope not in ("step", "saga"):
             raise ValueError(
                 f"schedule_timeout({name!r}): scope must be 'step' or 'saga', not {scope!r}"
@@ -169,5 +155,8 @@ class SagaContext(Generic[S]):
         self.effects.timer_operations.append(CancelTimer(name))
 
     def cancel_all_timeouts(self) -> None:
-        """Cancel every pending timer of this saga when this step commits."""
+        """Cancel every pending timer this saga scheduled, when this step commits.
+
+        bsft_saga's own timers (the ``with_deadline`` timer) are kept.
+        """
         self.effects.timer_operations.append(CancelAllTimers())

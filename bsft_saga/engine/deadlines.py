@@ -5,8 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from bsft_saga.events.registry import event
+from bsft_saga.timeouts.requests import DEADLINE_TIMER_NAME
 
-DEADLINE_TIMER_NAME = "bsft_saga.deadline"
+__all__ = ["DEADLINE_TIMER_NAME", "DeadlineExpired"]
 
 
 @event("bsft_saga.deadline-expired")

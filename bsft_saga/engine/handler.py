@@ -20,8 +20,8 @@ from asgiref.sync import async_to_sync
 from bsft_saga import clock, telemetry
 from bsft_saga.conf import saga_settings
 from bsft_saga.engine import window
-from bsft_saga.engine.context import SagaContext, TimerRequest
-from bsft_saga.engine.deadlines import DEADLINE_TIMER_NAME, DeadlineExpired
+from bsft_saga.engine.context import SagaContext
+from bsft_saga.engine.deadlines import DeadlineExpired
 from bsft_saga.events import codec
 from bsft_saga.events.envelope import Envelope
 from bsft_saga.events.registry import event_type_of
@@ -29,6 +29,7 @@ from bsft_saga.exceptions import SagaConcurrencyError
 from bsft_saga.flows.definition import Body, FlowDefinition, StepBody
 from bsft_saga.flows.registry import flow_registry
 from bsft_saga.models import SagaInboxEntry, SagaInstance
+from bsft_saga.timeouts.requests import DEADLINE_TIMER_NAME, TimerRequest
 
 logger = logging.getLogger(__name__)
 

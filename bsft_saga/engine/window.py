@@ -16,10 +16,11 @@ from typing import Any
 from django.db import IntegrityError, transaction
 
 from bsft_saga import outbox, telemetry
-from bsft_saga.engine.context import CancelAllTimers, CancelTimer, StepEffects, TimerRequest
+from bsft_saga.engine.context import StepEffects
 from bsft_saga.events.envelope import Envelope
 from bsft_saga.models import SagaInboxEntry, SagaInstance, SagaOutboxMessage
 from bsft_saga.timeouts import store as timer_store
+from bsft_saga.timeouts.requests import CancelAllTimers, CancelTimer, TimerRequest
 
 
 class VersionConflict(Exception):
@@ -131,7 +132,7 @@ def _apply_timer_operations(t: Transition) -> tuple[int, int]:
         elif isinstance(operation, CancelTimer):
             canceled += timer_store.cancel(t.saga_id, operation.name, now=t.now)
         elif isinstance(operation, CancelAllTimers):
-            canceled += timer_store.cancel_all(t.saga_id, now=t.now)
+            canceled += timer_store.cancel_all(t.saga_id, now=t.now, keep_internal=True)
     return canceled, scheduled
 
 

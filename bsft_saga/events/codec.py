@@ -42,11 +42,12 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import re
 import types
 import typing
 from abc import ABC, abstractmethod
 from collections.abc import Iterator, Mapping
-from datetime import date, datetime, time
+from datetime import date, datetime, time, timedelta, timezone
 from decimal import Decimal, InvalidOperation
 from enum import Enum
 from typing import Any, NamedTuple, TypeVar
@@ -296,9 +297,27 @@ class _DateTimeCodec(_Codec):
         if type(data) is not str:
             raise _wrong_json("a JSON string holding an ISO 8601 datetime", data)
         try:
-            return datetime.fromisoformat(data)
+            parsed = datetime.fromisoformat(data)
         except ValueError:
             raise _Invalid("string is not an ISO 8601 datetime") from None
+        # Python 3.11's fromisoformat drops the fraction of an offset like
+        # "+00:00:00.000001", which isoformat() writes; restore it exactly.
+        fractional = _FRACTIONAL_OFFSET.search(data)
+        if fractional is not None:
+            sign = -1 if fractional["sign"] == "-" else 1
+            offset = timedelta(
+                hours=int(fractional["h"]),
+                minutes=int(fractional["m"]),
+                seconds=int(fractional["s"]),
+                microseconds=int(fractional["us"].ljust(6, "0")),
+            )
+            parsed = parsed.replace(tzinfo=timezone(sign * offset))
+        return parsed
+
+
+_FRACTIONAL_OFFSET = re.compile(
+    r"(?P<sign>[+-])(?P<h>\d{2}):(?P<m>\d{2}):(?P<s>\d{2})\.(?P<us>\d{1,6})$"
+)
 
 
 class _DateCodec(_Codec):

@@ -8,6 +8,7 @@ from django.db.models import Max
 
 from bsft_saga.conf import TimeoutSettings
 from bsft_saga.models import SagaTimeout
+from bsft_saga.timeouts.requests import RESERVED_PREFIX
 
 
 def select_missed(claimed: list[SagaTimeout], config: TimeoutSettings, now: datetime) -> set[int]:
@@ -17,7 +18,11 @@ def select_missed(claimed: list[SagaTimeout], config: TimeoutSettings, now: date
     - ``fire_latest_per_saga``: every row of a saga that has a later due pending timer,
       so a long outage wakes each saga once, with its newest reminder.
     - ``skip_beyond_max_age``: rows overdue by more than ``MAX_CATCH_UP_AGE``.
+
+    bsft_saga's own timers are never discarded: a deadline that passed during an outage
+    must still expire its saga.
     """
+    claimed = [row for row in claimed if not row.name.startswith(RESERVED_PREFIX)]
     policy = config.catch_up_policy
     if policy == "skip_beyond_max_age":
         oldest_allowed = now - config.max_catch_up_age
@@ -27,6 +32,7 @@ def select_missed(claimed: list[SagaTimeout], config: TimeoutSettings, now: date
         latest = dict(
             SagaTimeout.objects.pending()
             .filter(saga_id__in=saga_ids, due_at__lte=now)
+            .exclude(name__startswith=RESERVED_PREFIX)
             .values("saga_id")
             .annotate(latest=Max("due_at"))
             .values_list("saga_id", "latest")

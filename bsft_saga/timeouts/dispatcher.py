@@ -21,7 +21,7 @@ import uuid
 from dataclasses import dataclass
 from datetime import datetime
 
-from django.db import connection, transaction
+from django.db import IntegrityError, connection, transaction
 from django.db.models import F
 
 from bsft_saga import clock, telemetry
@@ -141,21 +141,12 @@ def _stamp_missed(row: SagaTimeout, token: uuid.UUID) -> DrainReport:
 
 def _fire(row: SagaTimeout, token: uuid.UUID, config: TimeoutSettings) -> DrainReport:
     saga_type = row.saga.saga_type
+    if not _mine(row, token).exists():
+        # Cancelled or replaced since this pass claimed it: never published.
+        return DrainReport(unclaimed=1)
     try:
         with telemetry.timeout_span(saga_type, row.name):
-            envelope = Envelope(
-                message_id=row.message_id,
-                event=codec.decode(event_class(row.event_type), row.payload),
-                event_type=row.event_type,
-                correlation_id=row.correlation_id or None,
-                causation_id=None,
-                deadline=row.saga.deadline,
-                published_at=clock.now(),
-                timer=TimerOrigin(
-                    timeout_id=row.pk, saga_id=row.saga_id, name=row.name, claim_token=token
-                ),
-            )
-            send_envelope(envelope)
+            send_envelope(_envelope(row, token))
     except (Exception, asyncio.CancelledError) as exc:
         # A cancellation raised by a woken step is that timer's failure, not a shutdown.
         logger.exception(
@@ -166,35 +157,81 @@ def _fire(row: SagaTimeout, token: uuid.UUID, config: TimeoutSettings) -> DrainR
         fired = True
     else:
         # Either the woken step of its own saga stamped it in its commit, or we lost it.
-        fired = SagaTimeout.objects.filter(
-            pk=row.pk, claim_token=token, outcome=TimeoutOutcome.FIRED
-        ).exists()
+        fired = _stamped_by_own_saga(row, token).exists()
     if not fired:
         return DrainReport(unclaimed=1)
     telemetry.count("timeout.fired", saga_type)
     return DrainReport(fired=1)
 
 
+def _envelope(row: SagaTimeout, token: uuid.UUID) -> Envelope:
+    cls = event_class(row.event_type)
+    try:
+        event = codec.decode(cls, row.payload)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"the stored {row.event_type!r} payload no longer decodes: {exc}") from exc
+    return Envelope(
+        message_id=row.message_id,
+        event=event,
+        event_type=row.event_type,
+        correlation_id=row.correlation_id or None,
+        causation_id=None,
+        deadline=row.saga.deadline,
+        published_at=clock.now(),
+        timer=TimerOrigin(timeout_id=row.pk, saga_id=row.saga_id, name=row.name, claim_token=token),
+    )
+
+
+def _stamped_by_own_saga(row: SagaTimeout, token: uuid.UUID) -> SagaTimeoutQuerySet:
+    return SagaTimeout.objects.filter(pk=row.pk, claim_token=token, outcome=TimeoutOutcome.FIRED)
+
+
 def _record_failure(
     row: SagaTimeout, token: uuid.UUID, exc: BaseException, config: TimeoutSettings
 ) -> DrainReport:
+    """Count a failed attempt; dead-letter at the limit.
+
+    The failure may come from a receiver that ran after the timer's own saga had already
+    handled the event and stamped the row fired. The row is then reopened, so that the
+    other receivers get the event again (at least once); the saga's inbox drops the
+    repeat, so its effect stays exactly once.
+    """
     reason = f"{type(exc).__name__}: {exc}"[:4000]
     attempts = row.attempts + 1
-    if attempts >= config.max_dispatch_attempts:
-        now = clock.now()
-        retired = _mine(row, token).update(
-            attempts=attempts,
-            last_error=reason,
-            dispatched_at=now,
-            outcome=TimeoutOutcome.DEAD_LETTERED,
-            dead_lettered_at=now,
-            dead_letter_reason=reason,
-        )
-        if retired:
+    held = _mine(row, token)
+    with transaction.atomic():
+        if not held.exists():
+            held = _stamped_by_own_saga(row, token)
+            if not held.exists():
+                return DrainReport(unclaimed=1)
+        if attempts >= config.max_dispatch_attempts:
+            now = clock.now()
+            held.update(
+                attempts=attempts,
+                last_error=reason,
+                dispatched_at=now,
+                outcome=TimeoutOutcome.DEAD_LETTERED,
+                dead_lettered_at=now,
+                dead_letter_reason=reason,
+            )
             telemetry.count("timeout.dead_lettered", row.saga.saga_type)
             return DrainReport(dead_lettered=1)
-        return DrainReport(unclaimed=1)
-    released = _mine(row, token).update(
-        attempts=F("attempts") + 1, last_error=reason, claim_token=None, claimed_until=None
-    )
-    return DrainReport(failed=1) if released else DrainReport(unclaimed=1)
+        retry = {
+            "attempts": F("attempts") + 1,
+            "last_error": reason,
+            "claim_token": None,
+            "claimed_until": None,
+        }
+        try:
+            with transaction.atomic():
+                held.update(dispatched_at=None, outcome=None, **retry)
+        except IntegrityError:
+            # The woken step scheduled a new timer under the same name, which now owns the
+            # pending slot: keep this row fired and leave the failure on record.
+            logger.warning(
+                "bsft_saga: timer %r (id %s) not retried: its name is pending again",
+                row.name,
+                row.pk,
+            )
+            _stamped_by_own_saga(row, token).update(**retry)
+    return DrainReport(failed=1)

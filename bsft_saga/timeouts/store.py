@@ -12,10 +12,10 @@ from datetime import datetime
 
 from django.db import IntegrityError, transaction
 
-from bsft_saga.engine.context import TimerRequest
 from bsft_saga.events.envelope import TimerOrigin
 from bsft_saga.models import SagaTimeout, TimeoutOutcome, TimeoutScope
 from bsft_saga.querysets import SagaTimeoutQuerySet
+from bsft_saga.timeouts.requests import RESERVED_PREFIX, TimerRequest
 
 
 def schedule(
@@ -58,8 +58,12 @@ def cancel(saga_id: uuid.UUID, name: str, *, now: datetime) -> int:
     return _cancel(SagaTimeout.objects.pending().filter(saga_id=saga_id, name=name), now)
 
 
-def cancel_all(saga_id: uuid.UUID, *, now: datetime) -> int:
-    return _cancel(SagaTimeout.objects.pending().filter(saga_id=saga_id), now)
+def cancel_all(saga_id: uuid.UUID, *, now: datetime, keep_internal: bool = False) -> int:
+    """Cancel the saga's pending timers; ``keep_internal`` spares bsft_saga's own."""
+    pending = SagaTimeout.objects.pending().filter(saga_id=saga_id)
+    if keep_internal:
+        pending = pending.exclude(name__startswith=RESERVED_PREFIX)
+    return _cancel(pending, now)
 
 
 def cancel_step_scoped(saga_id: uuid.UUID, *, now: datetime) -> int:

@@ -1,0 +1,425 @@
+"""Read-only operational admin for saga instances, timers, outbox rows and audit records.
+
+Nothing here edits a row: the engine and the dispatcher own every write. The one action,
+``requeue_dead_lettered`` on the timer changelist, calls the maintenance service and needs
+``bsft_saga.change_sagatimeout``.
+
+State, payloads and error messages (which can quote payloads) are shown only to users with
+the content permission (``BSFT_SAGA["API"]["READ_CONTENT_PERMISSION"]``, or
+``bsft_saga.read_saga_content`` when that is ``None``); each such view of an instance or a
+timer is recorded by the configured audit recorder, like a read through the HTTP API.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import timedelta
+from typing import Any
+
+from django.contrib import admin, messages
+from django.db.models import Model, Q, QuerySet
+from django.http import HttpRequest, HttpResponse
+from django.urls import reverse
+from django.utils.html import format_html
+from django.utils.safestring import SafeString
+from django.utils.translation import gettext_lazy as _
+from django.utils.translation import ngettext
+
+from bsft_saga import clock
+from bsft_saga.audit import READ_CONTENT, get_audit_recorder
+from bsft_saga.conf import saga_settings
+from bsft_saga.models import (
+    SagaAuditRecord,
+    SagaInstance,
+    SagaOutboxMessage,
+    SagaTimeout,
+    TimeoutOutcome,
+)
+from bsft_saga.timeouts import maintenance
+
+CONTENT_PERMISSION_FALLBACK = "bsft_saga.read_saga_content"
+
+# Refusal messages shown one by one; the rest are summarised, so selecting a full page of
+# fired timers does not flood the screen.
+MAX_REFUSALS_LISTED = 10
+
+
+def can_read_content(request: HttpRequest) -> bool:
+    """Whether the user may see saga state, payloads and error messages."""
+    permission = saga_settings.api["READ_CONTENT_PERMISSION"] or CONTENT_PERMISSION_FALLBACK
+    return bool(request.user.has_perm(permission))
+
+
+def _pretty_json(value: Any) -> SafeString:
+    return format_html("<pre>{}</pre>", json.dumps(value, indent=2, sort_keys=True))
+
+
+class ReadOnlyAdmin(admin.ModelAdmin):
+    """Viewable with the model's view permission; no add, change or delete for anyone."""
+
+    # A filtered page would otherwise also COUNT(*) the whole table, on every load.
+    show_full_result_count = False
+
+    def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> Any:
+        return self.get_fields(request, obj)
+
+    def get_fields(self, request: HttpRequest, obj: Any = None) -> Any:
+        fields = list(self.fields or ())
+        if can_read_content(request):
+            fields += list(getattr(self, "content_fields", ()))
+        return fields
+
+
+def _audit_content_read(request: HttpRequest, saga: SagaInstance) -> None:
+    recorder = get_audit_recorder()
+    if recorder is not None:
+        recorder.record(
+            action=READ_CONTENT,
+            user=request.user,
+            saga_type=saga.saga_type,
+            correlation_key=saga.correlation_key or None,
+            instance_id=saga.pk,
+        )
+
+
+# -- instances ------------------------------------------------------------------------------
+
+
+class StalledFilter(admin.SimpleListFilter):
+    """Active instances without a transition for a while (``SagaInstance.objects.stalled``)."""
+
+    title = _("stalled")
+    parameter_name = "stalled"
+    windows = {"1h": timedelta(hours=1), "1d": timedelta(days=1), "7d": timedelta(days=7)}
+
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, Any]]:
+        return [
+            ("1h", _("no transition for 1 hour")),
+            ("1d", _("no transition for 1 day")),
+            ("7d", _("no transition for 7 days")),
+        ]
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> QuerySet[Any] | None:
+        window = self.windows.get(self.value() or "")
+        if window is None:
+            return queryset
+        return queryset.filter(pk__in=SagaInstance.objects.stalled(clock.now() - window))
+
+
+class SagaTimeoutInline(admin.TabularInline):
+    model = SagaTimeout
+    fields = ("name", "status", "due_at", "event_type", "scope", "attempts", "dispatched_at")
+    readonly_fields = fields
+    ordering = ("due_at", "id")
+    extra = 0
+    max_num = 0
+    can_delete = False
+    show_change_link = True
+
+    def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    @admin.display(description=_("status"))
+    def status(self, obj: SagaTimeout) -> str:
+        return timeout_status(obj)
+
+
+@admin.register(SagaInstance)
+class SagaInstanceAdmin(ReadOnlyAdmin):
+    list_display = (
+        "saga_type",
+        "key",
+        "step_index",
+        "is_complete",
+        "updated_at",
+        "created_at",
+        "deadline",
+    )
+    list_filter = ("saga_type", "is_complete", StalledFilter)
+    search_fields = ("saga_type", "correlation_key")
+    date_hierarchy = "updated_at"
+    ordering = ("-updated_at",)
+    fields = (
+        "id",
+        "saga_type",
+        "correlation_key",
+        "state_type",
+        "step_index",
+        "is_complete",
+        "created_at",
+        "updated_at",
+        "completed_at",
+        "deadline",
+        "version",
+    )
+    content_fields = ("state_json",)
+    inlines = (SagaTimeoutInline,)
+
+    @admin.display(description=_("correlation key"), ordering="correlation_key")
+    def key(self, obj: SagaInstance) -> str:
+        return obj.correlation_key or "-"
+
+    @admin.display(description=_("state"))
+    def state_json(self, obj: SagaInstance) -> SafeString:
+        return _pretty_json(obj.state)
+
+    def change_view(
+        self,
+        request: HttpRequest,
+        object_id: str,
+        form_url: str = "",
+        extra_context: dict[str, Any] | None = None,
+    ) -> HttpResponse:
+        response = super().change_view(request, object_id, form_url, extra_context)
+        instance = _shown_object(response)
+        if isinstance(instance, SagaInstance) and can_read_content(request):
+            _audit_content_read(request, instance)
+        return response
+
+
+def _shown_object(response: HttpResponse) -> Model | None:
+    """The object a successfully rendered change view displayed."""
+    if response.status_code != 200:
+        return None
+    context = getattr(response, "context_data", None) or {}
+    original: Model | None = context.get("original")
+    return original
+
+
+# -- timers ---------------------------------------------------------------------------------
+
+
+def timeout_status(obj: SagaTimeout) -> str:
+    if obj.outcome:
+        return str(TimeoutOutcome(obj.outcome).label)
+    if obj.due_at <= clock.now():
+        return str(_("pending (due)"))
+    return str(_("pending"))
+
+
+class TimeoutStatusFilter(admin.SimpleListFilter):
+    """Pending, overdue, or one of the outcomes (the outcome column is null while pending)."""
+
+    title = _("outcome")
+    parameter_name = "outcome"
+
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, Any]]:
+        return [
+            ("pending", _("pending")),
+            ("due", _("pending and due")),
+            *[(choice.value, choice.label) for choice in TimeoutOutcome],
+        ]
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> QuerySet[Any] | None:
+        value = self.value()
+        if value == "pending":
+            return queryset.filter(dispatched_at__isnull=True)
+        if value == "due":
+            return queryset.filter(dispatched_at__isnull=True, due_at__lte=clock.now())
+        if value in TimeoutOutcome.values:
+            return queryset.filter(outcome=value)
+        return queryset
+
+
+@admin.register(SagaTimeout)
+class SagaTimeoutAdmin(ReadOnlyAdmin):
+    list_display = (
+        "name",
+        "saga_link",
+        "status",
+        "due_at",
+        "event_type",
+        "attempts",
+        "dispatched_at",
+        "calendar_key",
+    )
+    list_filter = (TimeoutStatusFilter, "event_type", "calendar_key", "scope", "saga__saga_type")
+    list_select_related = ("saga",)
+    search_fields = ("name", "saga__correlation_key", "event_type")
+    date_hierarchy = "due_at"
+    ordering = ("-due_at", "-id")
+    actions = ("requeue_dead_lettered",)
+    fields = (
+        "id",
+        "saga_link",
+        "name",
+        "status",
+        "due_at",
+        "event_type",
+        "message_id",
+        "calendar_key",
+        "correlation_id",
+        "scope",
+        "scheduled_step_index",
+        "scheduled_at",
+        "attempts",
+        "dispatched_at",
+        "outcome",
+        "dead_lettered_at",
+        "claim_token",
+        "claimed_until",
+    )
+    content_fields = ("payload_json", "last_error", "dead_letter_reason")
+
+    @admin.display(description=_("saga"), ordering="saga__saga_type")
+    def saga_link(self, obj: SagaTimeout) -> SafeString:
+        url = reverse(f"{self.admin_site.name}:bsft_saga_sagainstance_change", args=[obj.saga_id])
+        return format_html('<a href="{}">{}</a>', url, str(obj.saga))
+
+    @admin.display(description=_("status"), ordering="outcome")
+    def status(self, obj: SagaTimeout) -> str:
+        return timeout_status(obj)
+
+    @admin.display(description=_("payload"))
+    def payload_json(self, obj: SagaTimeout) -> SafeString:
+        return _pretty_json(obj.payload)
+
+    def has_requeue_permission(self, request: HttpRequest) -> bool:
+        """The admin edits nothing, so requeueing is gated on the model's change permission."""
+        return bool(request.user.has_perm("bsft_saga.change_sagatimeout"))
+
+    @admin.action(
+        description=_("Requeue selected dead-lettered timers"),
+        permissions=["requeue"],
+    )
+    def requeue_dead_lettered(self, request: HttpRequest, queryset: QuerySet[Any]) -> None:
+        result = maintenance.requeue_dead_lettered(list(queryset.values_list("pk", flat=True)))
+        if result.requeued:
+            self.message_user(
+                request,
+                ngettext(
+                    "%(count)d dead-lettered timer was requeued; it fires at the next drain.",
+                    "%(count)d dead-lettered timers were requeued; they fire at the next drain.",
+                    result.requeued,
+                )
+                % {"count": result.requeued},
+                messages.SUCCESS,
+            )
+        if not result.refused:
+            return
+        count = len(result.refused)
+        self.message_user(
+            request,
+            ngettext(
+                "%(count)d timer was not requeued:",
+                "%(count)d timers were not requeued:",
+                count,
+            )
+            % {"count": count},
+            messages.WARNING,
+        )
+        for _pk, reason in result.refused[:MAX_REFUSALS_LISTED]:
+            self.message_user(request, reason, messages.WARNING)
+        if count > MAX_REFUSALS_LISTED:
+            more = count - MAX_REFUSALS_LISTED
+            self.message_user(
+                request,
+                ngettext("... and %(count)d more.", "... and %(count)d more.", more)
+                % {"count": more},
+                messages.WARNING,
+            )
+
+    def change_view(
+        self,
+        request: HttpRequest,
+        object_id: str,
+        form_url: str = "",
+        extra_context: dict[str, Any] | None = None,
+    ) -> HttpResponse:
+        response = super().change_view(request, object_id, form_url, extra_context)
+        timeout = _shown_object(response)
+        if isinstance(timeout, SagaTimeout) and can_read_content(request):
+            _audit_content_read(request, timeout.saga)
+        return response
+
+
+# -- outbox and audit -----------------------------------------------------------------------
+
+
+class OutboxStatusFilter(admin.SimpleListFilter):
+    title = _("status")
+    parameter_name = "status"
+
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, Any]]:
+        return [
+            ("pending", _("pending")),
+            ("delivered", _("delivered")),
+            ("dead_lettered", _("dead-lettered")),
+        ]
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> QuerySet[Any] | None:
+        conditions = {
+            "pending": Q(delivered_at__isnull=True, dead_lettered_at__isnull=True),
+            "delivered": Q(delivered_at__isnull=False),
+            "dead_lettered": Q(dead_lettered_at__isnull=False),
+        }
+        condition = conditions.get(self.value() or "")
+        return queryset if condition is None else queryset.filter(condition)
+
+
+@admin.register(SagaOutboxMessage)
+class SagaOutboxMessageAdmin(ReadOnlyAdmin):
+    list_display = ("event_type", "id", "saga", "status", "created_at", "delivered_at", "attempts")
+    list_filter = (OutboxStatusFilter, "event_type")
+    list_select_related = ("saga",)
+    search_fields = ("event_type", "correlation_id")
+    date_hierarchy = "created_at"
+    ordering = ("-created_at",)
+    fields = (
+        "id",
+        "event_type",
+        "saga",
+        "correlation_id",
+        "causation_id",
+        "deadline",
+        "created_at",
+        "delivered_at",
+        "attempts",
+        "dead_lettered_at",
+        "claimed_until",
+    )
+    content_fields = ("payload_json", "last_error")
+
+    @admin.display(description=_("status"))
+    def status(self, obj: SagaOutboxMessage) -> str:
+        if obj.dead_lettered_at is not None:
+            return str(_("dead-lettered"))
+        return str(_("delivered") if obj.delivered_at is not None else _("pending"))
+
+    @admin.display(description=_("payload"))
+    def payload_json(self, obj: SagaOutboxMessage) -> SafeString:
+        return _pretty_json(obj.payload)
+
+
+@admin.register(SagaAuditRecord)
+class SagaAuditRecordAdmin(ReadOnlyAdmin):
+    list_display = ("recorded_at", "action", "username", "saga_type", "correlation_key")
+    list_filter = ("action", "saga_type")
+    search_fields = ("username", "saga_type", "correlation_key", "correlation_id")
+    date_hierarchy = "recorded_at"
+    ordering = ("-recorded_at",)
+    fields = (
+        "recorded_at",
+        "action",
+        "user",
+        "username",
+        "saga_type",
+        "correlation_key",
+        "instance_id",
+        "correlation_id",
+    )

@@ -1,0 +1,166 @@
+"""``manage.py drain_saga_timeouts``: fire due timers and deliver stranded outbox rows."""
+
+from __future__ import annotations
+
+import logging
+import signal
+import threading
+from types import FrameType
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.db import connections
+
+from bsft_saga import outbox
+from bsft_saga.conf import saga_settings
+from bsft_saga.timeouts.dispatcher import DrainReport, drain_due
+
+logger = logging.getLogger(__name__)
+
+
+class Command(BaseCommand):
+    help = (
+        "Run dispatch passes over due saga timers, then deliver outbox rows whose delivery "
+        "was lost. One pass by default; --until-empty repeats until a pass finds no work; "
+        "--loop runs until SIGTERM or Ctrl-C, pausing POLL_INTERVAL after an idle pass. "
+        "The output ends with the totals line "
+        "'fired=N missed=N failed=N dead_lettered=N unclaimed=N'."
+    )
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        mode = parser.add_mutually_exclusive_group()
+        mode.add_argument(
+            "--until-empty",
+            action="store_true",
+            help="Repeat passes until one fires, skips and fails nothing (failures count as "
+            "work: a row failing every pass is retried until it is dead-lettered).",
+        )
+        mode.add_argument(
+            "--loop",
+            action="store_true",
+            help="Poll forever, as a dispatcher process: after a pass that found nothing, wait "
+            "BSFT_SAGA['TIMEOUTS']['POLL_INTERVAL']. SIGTERM stops it after the current "
+            "pass, Ctrl-C at once; both print the totals and exit 0.",
+        )
+        parser.add_argument(
+            "--batch-size",
+            type=int,
+            default=None,
+            metavar="N",
+            help="Due timers (and outbox rows) read per pass; default: TIMEOUTS.BATCH_SIZE.",
+        )
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        batch_size = options["batch_size"]
+        if batch_size is not None and batch_size <= 0:
+            raise CommandError(f"--batch-size must be a positive integer, got {batch_size}")
+        self.verbosity = int(options["verbosity"])
+        self.batch_size = batch_size
+        self.total = DrainReport()
+        self.total_outbox = outbox.DeliveryReport()
+        self.stop_requested = threading.Event()
+        if options["loop"]:
+            self._loop()
+        elif options["until_empty"]:
+            self._until_empty()
+        else:
+            self._pass(number=None)
+        self._summarise()
+
+    # -- modes --------------------------------------------------------------------------------
+
+    def _until_empty(self) -> None:
+        number = 0
+        while True:
+            number += 1
+            if not self._pass(number=number):
+                return
+
+    def _loop(self) -> None:
+        poll = saga_settings.timeouts.poll_interval.total_seconds()
+        restore = self._install_sigterm_handler()
+        number = 0
+        try:
+            while not self.stop_requested.is_set():
+                number += 1
+                # A long-lived process outlives connections (database restarts, failovers,
+                # CONN_MAX_AGE): replace a broken or expired one before each pass.
+                _refresh_connections()
+                try:
+                    worked = self._pass(number=number, quiet_if_idle=True)
+                except Exception as exc:
+                    # Rows are isolated inside a pass; this is the database or the network.
+                    # A dispatcher process must outlive that, so wait and try again.
+                    logger.exception("bsft_saga: drain pass %d failed", number)
+                    if self.verbosity >= 1:
+                        self.stderr.write(self.style.ERROR(f"pass {number} failed: {exc!r}"))
+                    worked = False
+                if not worked and not self.stop_requested.is_set():
+                    # Returns early when SIGTERM sets the event.
+                    self.stop_requested.wait(poll)
+        except KeyboardInterrupt:
+            if self.verbosity >= 1:
+                self.stderr.write("Interrupted; stopping.")
+        finally:
+            restore()
+        if self.verbosity >= 2:
+            self.stdout.write(f"stopped after {number} passes")
+
+    def _install_sigterm_handler(self) -> Any:
+        def on_sigterm(signum: int, frame: FrameType | None) -> None:
+            self.stop_requested.set()
+
+        try:
+            previous = signal.signal(signal.SIGTERM, on_sigterm)
+        except ValueError:  # not the main thread (e.g. call_command from a thread)
+            return lambda: None
+        return lambda: signal.signal(signal.SIGTERM, previous)
+
+    # -- one pass -----------------------------------------------------------------------------
+
+    def _pass(self, *, number: int | None, quiet_if_idle: bool = False) -> bool:
+        """Run one pass; return whether it found any work."""
+        report = drain_due(batch_size=self.batch_size)
+        deliveries = outbox.deliver_pending(batch_size=self.batch_size)
+        self.total += report
+        self.total_outbox += deliveries
+        worked = bool(
+            report.settled
+            or report.failed
+            or deliveries.delivered
+            or deliveries.failed
+            or deliveries.dead_lettered
+        )
+        if number is not None and self.verbosity >= (3 if quiet_if_idle and not worked else 2):
+            self.stdout.write(f"pass {number}: {report}")
+            self.stdout.write(f"pass {number}: {_outbox_line(deliveries)}")
+        return worked
+
+    def _summarise(self) -> None:
+        if self.verbosity >= 2:
+            self.stdout.write(_outbox_line(self.total_outbox))
+        if self.verbosity >= 1 and self.total.dead_lettered:
+            self.stderr.write(
+                self.style.WARNING(
+                    f"{self.total.dead_lettered} timer(s) were dead-lettered; inspect them in "
+                    "the admin (outcome: dead-lettered) and requeue with requeue_saga_timeouts."
+                )
+            )
+        # Always printed, also at verbosity 0: it is the command's result, and scripts
+        # read it as the last line.
+        self.stdout.write(self.style.SUCCESS(str(self.total)))
+
+
+def _refresh_connections() -> None:
+    """``close_old_connections()``, except for a connection inside a transaction (a caller's
+    ``atomic`` block, or a test's), which is not ours to close."""
+    for conn in connections.all(initialized_only=True):
+        if not conn.in_atomic_block:
+            conn.close_if_unusable_or_obsolete()
+
+
+def _outbox_line(report: outbox.DeliveryReport) -> str:
+    line = f"outbox: delivered={report.delivered} failed={report.failed}"
+    if report.dead_lettered:
+        line += f" dead_lettered={report.dead_lettered}"
+    return line

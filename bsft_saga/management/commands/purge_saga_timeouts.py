@@ -1,0 +1,87 @@
+"""``manage.py purge_saga_timeouts``: delete timer rows retired longer ago than a window."""
+
+from __future__ import annotations
+
+import re
+from datetime import timedelta
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+
+from bsft_saga import clock
+from bsft_saga.timeouts.maintenance import purge
+
+_DURATION = re.compile(r"(?P<count>\d+)(?P<unit>[smhdw])")
+_UNITS = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days", "w": "weeks"}
+
+
+def parse_duration(value: str) -> timedelta:
+    """``"30d"`` -> ``timedelta(days=30)``; units s, m, h, d, w. ``ValueError`` otherwise."""
+    match = _DURATION.fullmatch(value.strip())
+    if match is None:
+        raise ValueError(
+            f"{value!r} is not a duration; use a whole number and one unit of s, m, h, d or w, "
+            "e.g. 30d, 12h, 90m, 45s, 2w"
+        )
+    return timedelta(**{_UNITS[match["unit"]]: int(match["count"])})
+
+
+class Command(BaseCommand):
+    help = (
+        "Delete saga timer rows that left the pending set (fired, missed, canceled or "
+        "dead-lettered) longer ago than --older-than. Pending timers are never touched. "
+        "Run it on a schedule: retention is your decision, bsft_saga never purges by itself."
+    )
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument(
+            "--older-than",
+            required=True,
+            metavar="DURATION",
+            help="Retention window: rows whose dispatched_at is older than now minus this are "
+            "deleted. A whole number with one unit: 45s, 90m, 12h, 30d, 2w.",
+        )
+        parser.add_argument(
+            "--keep-dead-lettered",
+            action="store_true",
+            help="Keep dead-lettered rows, whatever their age: somebody still has to look at them.",
+        )
+        parser.add_argument(
+            "--dry-run",
+            action="store_true",
+            help="Only count the rows that would be deleted.",
+        )
+        parser.add_argument(
+            "--batch-size",
+            type=int,
+            default=1000,
+            metavar="N",
+            help="Rows deleted per statement (default 1000).",
+        )
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        try:
+            older_than = parse_duration(options["older_than"])
+        except ValueError as exc:
+            raise CommandError(f"--older-than: {exc}") from None
+        if options["batch_size"] <= 0:
+            raise CommandError(
+                f"--batch-size must be a positive integer, got {options['batch_size']}"
+            )
+        now = clock.now()
+        count = purge(
+            older_than,
+            keep_dead_lettered=options["keep_dead_lettered"],
+            dry_run=options["dry_run"],
+            batch_size=options["batch_size"],
+            now=now,
+        )
+        if int(options["verbosity"]) < 1:
+            return
+        cutoff = f"{now - older_than:%Y-%m-%d %H:%M:%S} UTC"
+        kept = " (dead-lettered rows kept)" if options["keep_dead_lettered"] else ""
+        if options["dry_run"]:
+            message = f"Would delete {count} saga timer rows retired before {cutoff}{kept}."
+        else:
+            message = f"Deleted {count} saga timer rows retired before {cutoff}{kept}."
+        self.stdout.write(self.style.SUCCESS(message))

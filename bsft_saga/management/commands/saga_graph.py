@@ -1,0 +1,50 @@
+"""``manage.py saga_graph``: draw registered flows as Mermaid or Graphviz diagrams."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+
+from bsft_saga.flows.registry import flow_registry
+from bsft_saga.graph import FORMATS, render
+
+
+class Command(BaseCommand):
+    help = (
+        "Print the registered saga flows as a diagram: steps as states, transitions labelled "
+        "with the awaited event classes, a final state for complete() flows and the "
+        "with_deadline budget as a note. Mermaid stateDiagram-v2 (default) or Graphviz dot, "
+        "e.g. `manage.py saga_graph --format dot | dot -Tsvg > sagas.svg`."
+    )
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument(
+            "saga_type",
+            nargs="?",
+            metavar="SAGA_TYPE",
+            help="Draw only this flow (its saga_type); default: every registered flow.",
+        )
+        parser.add_argument(
+            "--format",
+            choices=FORMATS,
+            default="mermaid",
+            help="Output format (default: mermaid).",
+        )
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        known = sorted(d.saga_type for d in flow_registry.all())
+        if not known:
+            raise CommandError(
+                "No saga flows are registered; list them in an AppConfig.saga_flows."
+            )
+        saga_type = options["saga_type"]
+        if saga_type is None:
+            definitions = sorted(flow_registry.all(), key=lambda d: d.saga_type)
+        elif saga_type in known:
+            definitions = [flow_registry.get(saga_type)]
+        else:
+            raise CommandError(
+                f"Unknown saga type {saga_type!r}. Known saga types: {', '.join(known)}"
+            )
+        self.stdout.write(render(definitions, options["format"]))
