@@ -152,6 +152,11 @@ class SagaContext(Generic[S]):
 
     def cancel_timeout(self, name: str) -> None:
         """Cancel the pending timer ``name`` when this step commits (no error if none)."""
+        if name.startswith(RESERVED_PREFIX):
+            raise ValueError(
+                f"cancel_timeout({name!r}): timers named {RESERVED_PREFIX!r}... belong to "
+                "bsft_saga (a with_deadline deadline ends with the saga or at on_expired)"
+            )
         self.effects.timer_operations.append(CancelTimer(name))
 
     def cancel_all_timeouts(self) -> None:
