@@ -159,6 +159,16 @@ def test_names_under_the_bsft_saga_prefix_are_reserved(clock: Any, action: Any) 
     assert not SagaTimeout.objects.exists()
 
 
+def test_cancelling_a_timer_under_the_bsft_saga_prefix_is_a_value_error(
+    clock: Any, action: Any
+) -> None:
+    def cancel_deadline(ctx: Any, e: Any) -> None:
+        ctx.cancel_timeout("bsft_saga.deadline")
+
+    with pytest.raises(ValueError, match="belong to bsft_saga"):
+        publish(ProbeStarted("p-1", action(cancel_deadline)))
+
+
 def test_an_event_the_codec_cannot_store_is_a_type_error_when_scheduling(
     clock: Any, action: Any
 ) -> None:

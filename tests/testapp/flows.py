@@ -4,11 +4,22 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass, field
-from datetime import timedelta
+from datetime import datetime, timedelta
 from decimal import Decimal
 from typing import Any
 
+from django.db import connection
+
 from bsft_saga import SagaFlow
+from tests.testapp.engine_events import (
+    DeadlineProbeFinished,
+    DeadlineProbeStarted,
+    ProbeEcho,
+    ProbeNext,
+    ProbeStarted,
+    ReminderDue,
+    ReminderRequested,
+)
 from tests.testapp.events import (
     AsyncStarted,
     BadKeyEvent,
@@ -194,6 +205,111 @@ class FailingFlow(SagaFlow):
         )
 
 
+@dataclass
+class ProbeState:
+    """What the step context looked like to the last body that ran."""
+
+    saga_id: str = ""
+    correlation_key: str | None = None
+    message_id: str = ""
+    event_type: str = ""
+    correlation_id: str | None = None
+    now: datetime | None = None
+    in_atomic_block: bool | None = None
+    steps: int = 0
+
+
+def _probe(ctx: Any, e: ProbeStarted | ProbeNext) -> None:
+    if e.probe_id.startswith("unencodable"):
+        # An int where ProbeEcho.kind is a str: ctx.publish raises TypeError in the body.
+        ctx.publish(ProbeEcho(e.probe_id, kind=len(e.probe_id)))  # type: ignore[arg-type]
+    ctx.state.saga_id = str(ctx.saga_id)
+    ctx.state.correlation_key = ctx.correlation_key
+    ctx.state.message_id = str(ctx.envelope.message_id)
+    ctx.state.event_type = ctx.envelope.event_type
+    ctx.state.correlation_id = ctx.envelope.correlation_id
+    ctx.state.now = ctx.now
+    # The engine promises that a body never runs inside a transaction it opened.
+    ctx.state.in_atomic_block = connection.in_atomic_block
+    ctx.state.steps += 1
+    ctx.publish(ProbeEcho(e.probe_id, "forward"))
+    ctx.publish(ProbeEcho(e.probe_id, "compensation"), ignore_deadline=True)
+
+
+class ContextProbeFlow(SagaFlow):
+    """Records the step context in its state and publishes two echoes per step."""
+
+    saga_type = "tests.engine.context-probe"
+
+    def configure(self, factory: Any) -> None:
+        (
+            factory.with_state(ProbeState)
+            .start_with(ProbeStarted, key=lambda e: e.probe_id)
+            .then(_probe)
+            .wait_for(ProbeNext, key=lambda e: e.probe_id)
+            .then(_probe)
+            .build()
+        )
+
+
+@dataclass
+class DeadlineProbeState:
+    expired: bool = False
+    finished: bool = False
+
+
+def _publish_echoes(ctx: Any, e: DeadlineProbeStarted) -> None:
+    ctx.publish(ProbeEcho(e.probe_id, "forward"))
+    ctx.publish(ProbeEcho(e.probe_id, "compensation"), ignore_deadline=True)
+
+
+def _deadline_probe_expired(ctx: Any, e: Any) -> None:
+    ctx.state.expired = True
+    ctx.mark_complete()
+
+
+DEADLINE_PROBE_BUDGET = timedelta(hours=2)
+
+
+class DeadlineProbeFlow(SagaFlow):
+    """``with_deadline``: its steps' events carry start + 2 h; ``on_expired`` completes it."""
+
+    saga_type = "tests.engine.deadline-probe"
+
+    def configure(self, factory: Any) -> None:
+        (
+            factory.with_state(DeadlineProbeState)
+            .with_deadline(DEADLINE_PROBE_BUDGET, on_expired=_deadline_probe_expired)
+            .start_with(DeadlineProbeStarted, key=lambda e: e.probe_id)
+            .then(_publish_echoes)
+            .wait_for(DeadlineProbeFinished, key=lambda e: e.probe_id)
+            .then(lambda ctx, e: setattr(ctx.state, "finished", True))
+            .complete()
+        )
+
+
+REMINDER_DELAY = timedelta(minutes=1)
+
+
+class ReminderFlow(SagaFlow):
+    """Its own timer's event wakes its second step, which completes it."""
+
+    saga_type = "tests.engine.reminder"
+
+    def configure(self, factory: Any) -> None:
+        (
+            factory.stateless()
+            .start_with(ReminderRequested, key=lambda e: e.reminder_id)
+            .then(
+                lambda ctx, e: ctx.schedule_timeout(
+                    "remind", REMINDER_DELAY, ReminderDue(e.reminder_id)
+                )
+            )
+            .wait_for(ReminderDue, key=lambda e: e.reminder_id)
+            .complete()
+        )
+
+
 FLOWS: list[type[SagaFlow]] = [
     OrderFlow,
     CounterFlow,
@@ -202,4 +318,7 @@ FLOWS: list[type[SagaFlow]] = [
     StatelessFlow,
     BadKeyFlow,
     FailingFlow,
+    ContextProbeFlow,
+    DeadlineProbeFlow,
+    ReminderFlow,
 ]

@@ -92,9 +92,7 @@ class RaceState:
 
 
 def _reschedule(ctx: Any, e: RaceOpened | RaceBump) -> None:
-    ctx.schedule_timeout(
-        RACE_TIMER, timedelta(days=1), RaceReminderDue(e.race_id), scope="saga"
-    )
+    ctx.schedule_timeout(RACE_TIMER, timedelta(days=1), RaceReminderDue(e.race_id), scope="saga")
     if isinstance(e, RaceBump):
         ctx.state.bumps += 1
         ctx.state.bumped_by.append(e.by)
