@@ -12,7 +12,10 @@ import logging
 import random
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import datetime
+from functools import partial
 from typing import Any
 
 from asgiref.sync import async_to_sync
@@ -47,30 +50,49 @@ def handle(envelope: Envelope) -> None:
             key = trigger.key_for(envelope.event, where=flow.where(step_index))
             keys.setdefault(key, set()).add(step_index)
         for key, step_indices in keys.items():
-            _apply(flow, key, step_indices, envelope)
+            _apply(flow, key, envelope, partial(_plan_step, flow, key, step_indices, envelope))
 
 
 @dataclass(frozen=True)
 class _Plan:
-    """The instance an event is about to be applied to."""
+    """What handling the event will do: which instance, from which version, with which bodies."""
 
     saga_id: uuid.UUID
     is_new: bool
     version: int
     step_index: int  # the step that handles the event
     state_json: dict[str, Any] | None
-    deadline: Any
+    deadline: datetime | None
+    bodies: tuple[StepBody, ...]
+    advance: bool  # an awaited event moves the saga on; its deadline does not
+
+    @classmethod
+    def for_instance(
+        cls, instance: SagaInstance, bodies: tuple[StepBody, ...], *, advance: bool
+    ) -> _Plan:
+        return cls(
+            saga_id=instance.pk,
+            is_new=False,
+            version=instance.version,
+            step_index=instance.step_index,
+            state_json=instance.state,
+            deadline=instance.deadline,
+            bodies=bodies,
+            advance=advance,
+        )
 
 
-def _apply(flow: FlowDefinition, key: str, step_indices: set[int], envelope: Envelope) -> None:
+def _apply(
+    flow: FlowDefinition, key: str, envelope: Envelope, plan: Callable[[], _Plan | None]
+) -> None:
+    """Plan against the current row, run, commit; re-plan after losing a version race."""
     retries = saga_settings.max_conflict_retries
     for attempt in range(retries + 1):
-        plan = _plan(flow, key, step_indices, envelope)
-        if plan is None:
+        planned = plan()
+        if planned is None:
             return
-        step = flow.steps[plan.step_index]
         try:
-            _run_and_commit(flow, key, plan, envelope, step.bodies, advance=True)
+            _run_and_commit(flow, key, planned, envelope)
             return
         except window.VersionConflict:
             _back_off(attempt)
@@ -89,9 +111,10 @@ def _apply(flow: FlowDefinition, key: str, step_indices: set[int], envelope: Env
     )
 
 
-def _plan(
+def _plan_step(
     flow: FlowDefinition, key: str, step_indices: set[int], envelope: Envelope
 ) -> _Plan | None:
+    """Find the instance for ``key`` and the step that takes the event, or drop it."""
     instance = SagaInstance.objects.active().for_key(flow.saga_type, key).first()
     if instance is None:
         if 0 not in step_indices:
@@ -103,15 +126,25 @@ def _plan(
         )
         if handled_by_key.exists():
             return None  # a redelivered start event of an instance that already finished
-        deadline = clock.now() + flow.deadline.budget if flow.deadline is not None else None
-        return _Plan(uuid.uuid4(), True, 0, 0, None, deadline)
+        return _Plan(
+            saga_id=uuid.uuid4(),
+            is_new=True,
+            version=0,
+            step_index=0,
+            state_json=None,
+            deadline=clock.now() + flow.deadline.budget if flow.deadline is not None else None,
+            bodies=flow.steps[0].bodies,
+            advance=True,
+        )
     if instance.step_index not in step_indices:
         return None  # step guard: the current step does not await this event
-    if SagaInboxEntry.objects.filter(saga=instance, message_id=envelope.message_id).exists():
+    if _handled(instance, envelope):
         return None
-    return _Plan(
-        instance.pk, False, instance.version, instance.step_index, instance.state, instance.deadline
-    )
+    return _Plan.for_instance(instance, flow.steps[instance.step_index].bodies, advance=True)
+
+
+def _handled(instance: SagaInstance, envelope: Envelope) -> bool:
+    return SagaInboxEntry.objects.filter(saga=instance, message_id=envelope.message_id).exists()
 
 
 def _run_and_commit(
@@ -119,9 +152,6 @@ def _run_and_commit(
     key: str,
     plan: _Plan,
     envelope: Envelope,
-    bodies: tuple[StepBody, ...],
-    *,
-    advance: bool,
 ) -> None:
     now = clock.now()
     state = (
@@ -152,11 +182,11 @@ def _run_and_commit(
     with telemetry.step_span(
         flow.saga_type, step_index=plan.step_index, event_type=envelope.event_type
     ):
-        for body in bodies:
+        for body in plan.bodies:
             _run_body(body, ctx, envelope.event)
-    step_index = plan.step_index + 1 if advance else plan.step_index
+    step_index = plan.step_index + 1 if plan.advance else plan.step_index
     completes = ctx.effects.completed or (
-        advance and flow.auto_complete and step_index >= len(flow.steps)
+        plan.advance and flow.auto_complete and step_index >= len(flow.steps)
     )
     window.commit(
         window.Transition(
@@ -169,7 +199,7 @@ def _run_and_commit(
             expected_version=plan.version,
             step_index=step_index,
             completes=completes,
-            ends_wait=advance and not plan.is_new,
+            ends_wait=plan.advance and not plan.is_new,
             deadline=plan.deadline,
             envelope=envelope,
             effects=ctx.effects,
@@ -206,42 +236,23 @@ def _handle_deadline(envelope: Envelope) -> None:
     """Run ``on_expired`` of the instance the deadline timer belongs to, at any step."""
     event = envelope.event
     assert isinstance(event, DeadlineExpired)
-    retries = saga_settings.max_conflict_retries
-    for attempt in range(retries + 1):
-        instance = SagaInstance.objects.active().filter(pk=uuid.UUID(event.saga_id)).first()
-        if instance is None:
-            return
-        try:
-            flow = flow_registry.get(instance.saga_type)
-        except LookupError:
-            logger.warning("bsft_saga: deadline of %s, whose flow is not registered", instance)
-            return
-        if flow.deadline is None:
-            return
-        if SagaInboxEntry.objects.filter(saga=instance, message_id=envelope.message_id).exists():
-            return
-        plan = _Plan(
-            instance.pk,
-            False,
-            instance.version,
-            instance.step_index,
-            instance.state,
-            instance.deadline,
-        )
-        try:
-            _run_and_commit(
-                flow,
-                instance.correlation_key,
-                plan,
-                envelope,
-                (StepBody(run=flow.deadline.on_expired),),
-                advance=False,
-            )
-            return
-        except window.VersionConflict:
-            _back_off(attempt)
-        except window.StaleTimerClaim:
-            return
-    raise SagaConcurrencyError(
-        f"{event.saga_id}: deadline lost the concurrency race {retries + 1} times"
-    )
+    saga_id = uuid.UUID(event.saga_id)
+    instance = SagaInstance.objects.active().filter(pk=saga_id).first()
+    if instance is None:
+        return  # completed before its deadline
+    try:
+        flow = flow_registry.get(instance.saga_type)
+    except LookupError:
+        logger.warning("bsft_saga: deadline of %s, whose flow is not registered", instance)
+        return
+    deadline = flow.deadline
+    if deadline is None:
+        return
+
+    def plan() -> _Plan | None:
+        current = SagaInstance.objects.active().filter(pk=saga_id).first()
+        if current is None or _handled(current, envelope):
+            return None
+        return _Plan.for_instance(current, (StepBody(run=deadline.on_expired),), advance=False)
+
+    _apply(flow, instance.correlation_key, envelope, plan)
