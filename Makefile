@@ -24,7 +24,7 @@ DEMO_DATABASE_URL := sqlite:///$(DEMO_DB)
 MANAGE := $(PY) manage.py
 
 # Connects to the maintenance database and makes sure the `bsft_saga` database named in
-# PG_DATABASE_URL exists (pytest-django itself creates and drops `test_bsft_saga`).
+# PG_DATABASE_URL exists (pytest-django creates and drops a per-run `test_bsft_saga_<pid>`).
 define PG_CHECK
 import psycopg
 conn = psycopg.connect(host="$(PG_HOST)", port=$(PG_PORT), user="$(PG_USER)", dbname="postgres", connect_timeout=3, autocommit=True)
@@ -59,7 +59,7 @@ $(STAMP): pyproject.toml
 
 lint: venv
 	$(VENV)/bin/ruff check .
-	$(VENV)/bin/mypy bsft_saga tests
+	$(VENV)/bin/mypy bsft_saga tests sample_project
 
 test-sqlite: venv
 	DATABASE_URL=$(SQLITE_DATABASE_URL) $(VENV)/bin/pytest $(PYTEST_ARGS)

@@ -30,8 +30,9 @@ DEFAULTS: dict[str, dict[str, Any]] = {
         "CLAIM_LEASE": timedelta(minutes=5),
     },
     "ENGINE": {
-        # Times one event is re-applied after losing an optimistic-concurrency race.
-        "MAX_CONFLICT_RETRIES": 50,
+        # Times one event is re-applied after losing an optimistic-concurrency race (with
+        # exponential back-off, so the default bounds the wait at roughly 20 seconds).
+        "MAX_CONFLICT_RETRIES": 100,
     },
     "CALENDARS": {},
     "API": {

@@ -228,6 +228,11 @@ class SagaTimeout(models.Model):
                 condition=Q(dispatched_at__isnull=True),
             ),
             models.Index(fields=["dispatched_at"], name="bsft_saga_timeout_retired_idx"),
+            models.Index(
+                fields=["claimed_until"],
+                name="bsft_saga_timeout_unconf_idx",
+                condition=Q(outcome="fired", claimed_until__isnull=False),
+            ),
         ]
 
     def __str__(self) -> str:

@@ -39,6 +39,15 @@ class SagaTimeoutQuerySet(models.QuerySet["SagaTimeout"]):
             self.pending().filter(due_at__lte=now).filter(_claim_free(now)).order_by("due_at", "id")
         )
 
+    def unconfirmed(self, now: datetime) -> SagaTimeoutQuerySet:
+        """Fired rows whose dispatcher never confirmed that every receiver had the event.
+
+        The woken step of the timer's own saga stamps it fired in its commit; the
+        dispatcher confirms by ending the claim's lease once all receivers ran. A lease
+        that ran out unconfirmed means the event must be published again.
+        """
+        return self.filter(outcome="fired", claimed_until__lte=now).order_by("claimed_until", "id")
+
     def dead_lettered(self) -> SagaTimeoutQuerySet:
         return self.filter(dead_lettered_at__isnull=False)
 

@@ -10,6 +10,8 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, settings
 
+import tests.celery_app  # noqa: F401  (the default Celery app of the test process)
+
 ROOT = Path(__file__).resolve().parent.parent
 
 settings.register_profile(

@@ -228,8 +228,10 @@ def _call(fn: Body, ctx: SagaContext[Any], event: Any) -> Any:
 
 
 def _back_off(attempt: int) -> None:
-    # Spread the re-reads of contending writers; real sleep, not the (possibly frozen) clock.
-    time.sleep(random.uniform(0, min(0.05, 0.002 * (attempt + 1))))
+    # Exponential back-off with full jitter: a loser steps aside long enough for the
+    # winners to finish, without the losers retrying in lockstep. Real sleep, not the
+    # (possibly frozen) clock.
+    time.sleep(random.uniform(0, min(0.25, 0.002 * 2**attempt)))  # noqa: S311
 
 
 def _handle_deadline(envelope: Envelope) -> None:

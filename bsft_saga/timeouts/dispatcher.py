@@ -21,8 +21,9 @@ import uuid
 from dataclasses import dataclass
 from datetime import datetime
 
-from django.db import IntegrityError, connection, transaction
-from django.db.models import F
+from django.db import connection, transaction
+from django.db.models import Case, DateTimeField, F, Q, Value, When
+from django.db.models.functions import Coalesce
 
 from bsft_saga import clock, telemetry
 from bsft_saga.conf import TimeoutSettings, saga_settings
@@ -74,14 +75,23 @@ def drain_due(*, batch_size: int | None = None, now: datetime | None = None) -> 
     Safe to run from many processes at once. A failing row is counted, logged and left
     pending (or dead-lettered at ``MAX_DISPATCH_ATTEMPTS``); it never stops the pass.
     Only ``KeyboardInterrupt``/``SystemExit`` (a shutdown) escape.
+
+    A pass also re-publishes *unconfirmed* timers: rows their own saga stamped fired in
+    its step's commit, but whose dispatcher died (or met a failing receiver) before every
+    other receiver had the event. The saga's inbox drops the repeat.
     """
     config = saga_settings.timeouts
     moment = now or clock.now()
     limit = batch_size or config.batch_size
     token = uuid.uuid4()
-    seen, claimed = _claim(limit, token, moment, config)
+    seen, claimed = _claim(SagaTimeout.objects.due(moment), limit, token, moment, config)
+    if len(claimed) < limit:
+        more_seen, more = _claim(
+            SagaTimeout.objects.unconfirmed(moment), limit - len(claimed), token, moment, config
+        )
+        seen, claimed = seen + more_seen, claimed + more
     report = DrainReport(unclaimed=seen - len(claimed))
-    missed_ids = select_missed(claimed, config, moment)
+    missed_ids = select_missed([row for row in claimed if row.is_pending], config, moment)
     for row in claimed:
         if row.pk in missed_ids:
             report += _stamp_missed(row, token)
@@ -91,34 +101,36 @@ def drain_due(*, batch_size: int | None = None, now: datetime | None = None) -> 
 
 
 def _claim(
-    limit: int, token: uuid.UUID, now: datetime, config: TimeoutSettings
+    candidates: SagaTimeoutQuerySet,
+    limit: int,
+    token: uuid.UUID,
+    now: datetime,
+    config: TimeoutSettings,
 ) -> tuple[int, list[SagaTimeout]]:
-    """Claim up to ``limit`` due rows; return how many were seen and the claimed rows."""
+    """Claim up to ``limit`` of ``candidates``; return how many were seen and the claimed rows."""
     lease_until = now + config.claim_lease
     if connection.features.has_select_for_update_skip_locked:
         # Rows another dispatcher is claiming right now are skipped, not waited for, so
         # concurrent passes take disjoint batches.
         with transaction.atomic():
             mine = list(
-                SagaTimeout.objects.due(now)
-                .select_for_update(skip_locked=True, of=("self",))
-                .values_list("id", flat=True)[:limit]
+                candidates.select_for_update(skip_locked=True, of=("self",)).values_list(
+                    "id", flat=True
+                )[:limit]
             )
             SagaTimeout.objects.filter(pk__in=mine).update(
                 claim_token=token, claimed_until=lease_until
             )
         seen = len(mine)
     else:
-        # The conditional update is the fence: it matches only while nobody else holds
-        # a live claim on the row.
-        ids = list(SagaTimeout.objects.due(now).values_list("id", flat=True)[:limit])
+        # The conditional update is the fence: it matches only while the row is still a
+        # candidate, i.e. while nobody else holds a live claim on it.
+        ids = list(candidates.values_list("id", flat=True)[:limit])
         seen = len(ids)
         mine = [
             pk
             for pk in ids
-            if SagaTimeout.objects.due(now)
-            .filter(pk=pk)
-            .update(claim_token=token, claimed_until=lease_until)
+            if candidates.filter(pk=pk).update(claim_token=token, claimed_until=lease_until)
         ]
     rows = list(
         SagaTimeout.objects.filter(pk__in=mine, claim_token=token)
@@ -128,12 +140,18 @@ def _claim(
     return seen, rows
 
 
-def _mine(row: SagaTimeout, token: uuid.UUID) -> SagaTimeoutQuerySet:
-    return SagaTimeout.objects.pending().filter(pk=row.pk, claim_token=token)
+def _held(row: SagaTimeout, token: uuid.UUID) -> SagaTimeoutQuerySet:
+    """The row while this pass's claim still holds it: pending, or fired but unconfirmed."""
+    return SagaTimeout.objects.filter(pk=row.pk, claim_token=token).filter(
+        Q(dispatched_at__isnull=True) | Q(outcome=TimeoutOutcome.FIRED)
+    )
 
 
 def _stamp_missed(row: SagaTimeout, token: uuid.UUID) -> DrainReport:
-    if not _mine(row, token).update(dispatched_at=clock.now(), outcome=TimeoutOutcome.MISSED):
+    missed = _held(row, token).filter(dispatched_at__isnull=True)
+    if not missed.update(
+        dispatched_at=clock.now(), outcome=TimeoutOutcome.MISSED, claimed_until=None
+    ):
         return DrainReport(unclaimed=1)
     telemetry.count("timeout.missed", row.saga.saga_type)
     return DrainReport(missed=1)
@@ -141,7 +159,7 @@ def _stamp_missed(row: SagaTimeout, token: uuid.UUID) -> DrainReport:
 
 def _fire(row: SagaTimeout, token: uuid.UUID, config: TimeoutSettings) -> DrainReport:
     saga_type = row.saga.saga_type
-    if not _mine(row, token).exists():
+    if not _held(row, token).exists():
         # Cancelled or replaced since this pass claimed it: never published.
         return DrainReport(unclaimed=1)
     try:
@@ -153,12 +171,14 @@ def _fire(row: SagaTimeout, token: uuid.UUID, config: TimeoutSettings) -> DrainR
             "bsft_saga: timer %r (id %s) of %s failed to fire", row.name, row.pk, saga_type
         )
         return _record_failure(row, token, exc, config)
-    if _mine(row, token).update(dispatched_at=clock.now(), outcome=TimeoutOutcome.FIRED):
-        fired = True
-    else:
-        # Either the woken step of its own saga stamped it in its commit, or we lost it.
-        fired = _stamped_by_own_saga(row, token).exists()
-    if not fired:
+    # Every receiver has had the event: stamp it fired, or confirm the stamp its own
+    # saga's step wrote, by ending the lease.
+    held = _held(row, token)
+    if not held.update(
+        dispatched_at=Coalesce("dispatched_at", Value(clock.now())),
+        outcome=TimeoutOutcome.FIRED,
+        claimed_until=None,
+    ):
         return DrainReport(unclaimed=1)
     telemetry.count("timeout.fired", saga_type)
     return DrainReport(fired=1)
@@ -182,56 +202,42 @@ def _envelope(row: SagaTimeout, token: uuid.UUID) -> Envelope:
     )
 
 
-def _stamped_by_own_saga(row: SagaTimeout, token: uuid.UUID) -> SagaTimeoutQuerySet:
-    return SagaTimeout.objects.filter(pk=row.pk, claim_token=token, outcome=TimeoutOutcome.FIRED)
-
-
 def _record_failure(
     row: SagaTimeout, token: uuid.UUID, exc: BaseException, config: TimeoutSettings
 ) -> DrainReport:
-    """Count a failed attempt; dead-letter at the limit.
+    """Count a failed attempt and release the row for a later pass; dead-letter at the limit.
 
-    The failure may come from a receiver that ran after the timer's own saga had already
-    handled the event and stamped the row fired. The row is then reopened, so that the
-    other receivers get the event again (at least once); the saga's inbox drops the
-    repeat, so its effect stays exactly once.
+    A pending row goes back to the due set. A row its own saga already stamped fired stays
+    fired and becomes unconfirmed at once, so the next pass re-publishes it to the other
+    receivers (at least once) while the saga's inbox drops the repeat (exactly once).
     """
     reason = f"{type(exc).__name__}: {exc}"[:4000]
     attempts = row.attempts + 1
-    held = _mine(row, token)
-    with transaction.atomic():
-        if not held.exists():
-            held = _stamped_by_own_saga(row, token)
-            if not held.exists():
-                return DrainReport(unclaimed=1)
-        if attempts >= config.max_dispatch_attempts:
-            now = clock.now()
-            held.update(
-                attempts=attempts,
-                last_error=reason,
-                dispatched_at=now,
-                outcome=TimeoutOutcome.DEAD_LETTERED,
-                dead_lettered_at=now,
-                dead_letter_reason=reason,
-            )
-            telemetry.count("timeout.dead_lettered", row.saga.saga_type)
-            return DrainReport(dead_lettered=1)
-        retry = {
-            "attempts": F("attempts") + 1,
-            "last_error": reason,
-            "claim_token": None,
-            "claimed_until": None,
-        }
-        try:
-            with transaction.atomic():
-                held.update(dispatched_at=None, outcome=None, **retry)
-        except IntegrityError:
-            # The woken step scheduled a new timer under the same name, which now owns the
-            # pending slot: keep this row fired and leave the failure on record.
-            logger.warning(
-                "bsft_saga: timer %r (id %s) not retried: its name is pending again",
-                row.name,
-                row.pk,
-            )
-            _stamped_by_own_saga(row, token).update(**retry)
-    return DrainReport(failed=1)
+    now = clock.now()
+    held = _held(row, token)
+    if attempts >= config.max_dispatch_attempts:
+        retired = held.update(
+            attempts=attempts,
+            last_error=reason,
+            dispatched_at=Coalesce("dispatched_at", Value(now)),
+            outcome=TimeoutOutcome.DEAD_LETTERED,
+            dead_lettered_at=now,
+            dead_letter_reason=reason,
+            claimed_until=None,
+        )
+        if not retired:
+            return DrainReport(unclaimed=1)
+        telemetry.count("timeout.dead_lettered", row.saga.saga_type)
+        return DrainReport(dead_lettered=1)
+    released = held.update(
+        attempts=F("attempts") + 1,
+        last_error=reason,
+        claim_token=None,
+        # Pending: no claim. Fired by its saga: a lease that has already run out.
+        claimed_until=Case(
+            When(dispatched_at__isnull=True, then=Value(None)),
+            default=Value(now),
+            output_field=DateTimeField(),
+        ),
+    )
+    return DrainReport(failed=1) if released else DrainReport(unclaimed=1)
