@@ -46,7 +46,7 @@ def test_missing_keys_take_their_defaults() -> None:
         assert timeouts.max_catch_up_age == timedelta(days=1)
         assert timeouts.max_dispatch_attempts == 10
         assert timeouts.claim_lease == timedelta(minutes=5)
-        assert saga_settings.max_conflict_retries == 50
+        assert saga_settings.max_conflict_retries == 100
         assert saga_settings.calendars == {}
         assert saga_settings.api == {
             "READ_CONTENT_PERMISSION": None,

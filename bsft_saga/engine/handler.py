@@ -231,7 +231,7 @@ def _back_off(attempt: int) -> None:
     # Exponential back-off with full jitter: a loser steps aside long enough for the
     # winners to finish, without the losers retrying in lockstep. Real sleep, not the
     # (possibly frozen) clock.
-    time.sleep(random.uniform(0, min(0.25, 0.002 * 2**attempt)))  # noqa: S311
+    time.sleep(random.uniform(0, min(0.25, 0.002 * 2**attempt)))
 
 
 def _handle_deadline(envelope: Envelope) -> None:

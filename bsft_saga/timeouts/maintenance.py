@@ -14,7 +14,7 @@ from datetime import datetime, timedelta
 from django.db import IntegrityError, transaction
 
 from bsft_saga import clock
-from bsft_saga.models import SagaTimeout
+from bsft_saga.models import SagaTimeout, TimeoutOutcome
 from bsft_saga.querysets import SagaTimeoutQuerySet
 
 __all__ = ["RequeueResult", "purge", "purgeable", "requeue_dead_lettered"]
@@ -134,7 +134,10 @@ def purgeable(
     if older_than < timedelta(0):
         raise ValueError(f"older_than must not be negative, got {older_than!r}")
     cutoff = (now or clock.now()) - older_than
-    rows = SagaTimeout.objects.retired_before(cutoff)
+    # A fired row that is still unconfirmed owes its event to receivers: keep it.
+    rows = SagaTimeout.objects.retired_before(cutoff).exclude(
+        outcome=TimeoutOutcome.FIRED, claimed_until__isnull=False
+    )
     if keep_dead_lettered:
         rows = rows.filter(dead_lettered_at__isnull=True)
     return rows
