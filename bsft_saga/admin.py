@@ -54,11 +54,8 @@ def _pretty_json(value: Any) -> SafeString:
     return format_html("<pre>{}</pre>", json.dumps(value, indent=2, sort_keys=True))
 
 
-class ReadOnlyAdmin(admin.ModelAdmin):
-    """Viewable with the model's view permission; no add, change or delete for anyone."""
-
-    # A filtered page would otherwise also COUNT(*) the whole table, on every load.
-    show_full_result_count = False
+class NoWritesMixin:
+    """No add, change or delete for anyone: rows are written by the engine and dispatcher."""
 
     def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False
@@ -68,6 +65,13 @@ class ReadOnlyAdmin(admin.ModelAdmin):
 
     def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False
+
+
+class ReadOnlyAdmin(NoWritesMixin, admin.ModelAdmin):
+    """Viewable with the model's view permission; no add, change or delete for anyone."""
+
+    # A filtered page would otherwise also COUNT(*) the whole table, on every load.
+    show_full_result_count = False
 
     def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> Any:
         return self.get_fields(request, obj)
@@ -115,7 +119,7 @@ class StalledFilter(admin.SimpleListFilter):
         return queryset.filter(pk__in=SagaInstance.objects.stalled(clock.now() - window))
 
 
-class SagaTimeoutInline(admin.TabularInline):
+class SagaTimeoutInline(NoWritesMixin, admin.TabularInline):
     model = SagaTimeout
     fields = ("name", "status", "due_at", "event_type", "scope", "attempts", "dispatched_at")
     readonly_fields = fields
@@ -124,15 +128,6 @@ class SagaTimeoutInline(admin.TabularInline):
     max_num = 0
     can_delete = False
     show_change_link = True
-
-    def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
 
     @admin.display(description=_("status"))
     def status(self, obj: SagaTimeout) -> str:

@@ -9,12 +9,11 @@ and drains once. A QuoteFlow instance has two reminders: "followup" due after 2 
 from __future__ import annotations
 
 from collections.abc import Iterator
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 from typing import Any
 
 import pytest
 from django.test import override_settings
-from freezegun import freeze_time
 from freezegun.api import FrozenDateTimeFactory
 
 from bsft_saga import publish
@@ -23,21 +22,13 @@ from bsft_saga.timeouts import drain_due
 from tests import telemetry_fixtures
 from tests.testapp.events import QuoteCallbackDue, QuoteFollowUpDue, QuoteSent, TaskOpened
 from tests.testapp.timer_flows import QuoteFlow, Recorder, TaskFlow, the_saga, timers_of
+from tests.timer_fixtures import T0
 
 pytestmark = pytest.mark.django_db
-
-T0 = datetime(2026, 3, 2, 9, 0, tzinfo=UTC)  # a Monday
 
 
 def policy(name: str, **options: Any) -> Any:
     return override_settings(BSFT_SAGA={"TIMEOUTS": {"CATCH_UP_POLICY": name, **options}})
-
-
-@pytest.fixture
-def clock() -> Iterator[FrozenDateTimeFactory]:
-    with freeze_time(T0) as frozen:
-        assert isinstance(frozen, FrozenDateTimeFactory)  # not ticking
-        yield frozen
 
 
 @pytest.fixture

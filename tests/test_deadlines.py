@@ -15,7 +15,6 @@ from typing import Any
 
 import pytest
 from django.test import override_settings
-from freezegun import freeze_time
 from freezegun.api import FrozenDateTimeFactory
 
 import bsft_saga
@@ -52,18 +51,11 @@ from tests.testapp.timer_flows import (
     the_saga,
     timers_of,
 )
+from tests.timer_fixtures import T0
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
-T0 = datetime(2026, 3, 2, 9, 0, tzinfo=UTC)
 DEADLINE = T0 + timedelta(minutes=30)
-
-
-@pytest.fixture
-def clock() -> Iterator[FrozenDateTimeFactory]:
-    with freeze_time(T0) as frozen:
-        assert isinstance(frozen, FrozenDateTimeFactory)  # not ticking
-        yield frozen
 
 
 @pytest.fixture

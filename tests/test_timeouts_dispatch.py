@@ -9,14 +9,13 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import Callable, Iterator
-from datetime import UTC, datetime, timedelta
+from collections.abc import Iterator
+from datetime import timedelta
 from typing import Any
 
 import pytest
 from django.core.cache import cache
 from django.test import override_settings
-from freezegun import freeze_time
 from freezegun.api import FrozenDateTimeFactory
 
 from bsft_saga import Envelope, UnknownEventType, publish
@@ -37,56 +36,18 @@ from tests.testapp.events import (
 from tests.testapp.timer_events import OfferSent, ProbeDue, ProbePoked, ProbeStarted
 from tests.testapp.timer_flows import (
     MAILBOX,
-    PROBE_ACTIONS,
     OfferFlow,
     ProbeFlow,
     QuoteFlow,
-    Recorder,
     TaskFlow,
     schedule_probe_due,
     send_follow_up_mail,
     the_saga,
     timers_of,
 )
+from tests.timer_fixtures import T0
 
 pytestmark = pytest.mark.django_db
-
-T0 = datetime(2026, 3, 2, 9, 0, tzinfo=UTC)  # a Monday
-
-Action = Callable[[Any, Any], None]
-
-
-@pytest.fixture
-def clock() -> Iterator[FrozenDateTimeFactory]:
-    with freeze_time(T0) as frozen:
-        assert isinstance(frozen, FrozenDateTimeFactory)  # not ticking
-        yield frozen
-
-
-@pytest.fixture
-def action(monkeypatch: pytest.MonkeyPatch) -> Callable[[Action], str]:
-    """Register a ProbeFlow step body for this test; returns the name to put in the event."""
-
-    def register(body: Action) -> str:
-        name = f"action-{len(PROBE_ACTIONS)}"
-        monkeypatch.setitem(PROBE_ACTIONS, name, body)
-        return name
-
-    return register
-
-
-@pytest.fixture
-def record() -> Iterator[Callable[..., Recorder]]:
-    recorders: list[Recorder] = []
-
-    def connect(*event_classes: type) -> Recorder:
-        recorder = Recorder(*event_classes).connect()
-        recorders.append(recorder)
-        return recorder
-
-    yield connect
-    for recorder in recorders:
-        recorder.disconnect()
 
 
 def limit_attempts(n: int) -> Any:

@@ -7,7 +7,6 @@ commit as the step that asked for it.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -25,11 +24,9 @@ from bsft_saga.timeouts import drain_due
 from tests.testapp.events import QuoteAccepted, QuoteSent, TaskClosed, TaskOpened
 from tests.testapp.timer_events import OneShotRequested, ProbeDue, ProbePoked, ProbeStarted
 from tests.testapp.timer_flows import (
-    PROBE_ACTIONS,
     OneShotFlow,
     ProbeFlow,
     QuoteFlow,
-    Recorder,
     TaskFlow,
     saga_of,
     the_saga,
@@ -38,45 +35,9 @@ from tests.testapp.timer_flows import (
 from tests.testapp.timer_flows import (
     schedule_probe_due as schedule,
 )
+from tests.timer_fixtures import T0, Action
 
 pytestmark = pytest.mark.django_db
-
-T0 = datetime(2026, 3, 2, 9, 0, tzinfo=UTC)  # a Monday
-
-Action = Callable[[Any, Any], None]
-
-
-@pytest.fixture
-def clock() -> Iterator[FrozenDateTimeFactory]:
-    with freeze_time(T0) as frozen:
-        assert isinstance(frozen, FrozenDateTimeFactory)  # not ticking
-        yield frozen
-
-
-@pytest.fixture
-def action(monkeypatch: pytest.MonkeyPatch) -> Callable[[Action], str]:
-    """Register a ProbeFlow step body for this test; returns the name to put in the event."""
-
-    def register(body: Action) -> str:
-        name = f"action-{len(PROBE_ACTIONS)}"
-        monkeypatch.setitem(PROBE_ACTIONS, name, body)
-        return name
-
-    return register
-
-
-@pytest.fixture
-def record() -> Iterator[Callable[..., Recorder]]:
-    recorders: list[Recorder] = []
-
-    def connect(*event_classes: type) -> Recorder:
-        recorder = Recorder(*event_classes).connect()
-        recorders.append(recorder)
-        return recorder
-
-    yield connect
-    for recorder in recorders:
-        recorder.disconnect()
 
 
 def pending(flow: type, key: str) -> list[SagaTimeout]:
