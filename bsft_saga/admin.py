@@ -200,6 +200,8 @@ def _shown_object(response: HttpResponse) -> Model | None:
 
 
 def timeout_status(obj: SagaTimeout) -> str:
+    if obj.is_unconfirmed:
+        return str(_("fired (unconfirmed)"))
     if obj.outcome:
         return str(TimeoutOutcome(obj.outcome).label)
     if obj.due_at <= clock.now():

@@ -242,6 +242,11 @@ class SagaTimeout(models.Model):
     def is_pending(self) -> bool:
         return self.dispatched_at is None
 
+    @property
+    def is_unconfirmed(self) -> bool:
+        """Stamped fired by its saga's step, but not every receiver has had the event yet."""
+        return self.outcome == TimeoutOutcome.FIRED and self.claimed_until is not None
+
 
 class SagaAuditRecord(models.Model):
     """Who read saga content through the HTTP surface (``ModelAuditRecorder``)."""

@@ -276,3 +276,15 @@ def test_many_refusals_are_summarised(admin_client_: Client) -> None:
     assert messages[0] == ("warning", "13 timers were not requeued:")
     assert len(messages) == 1 + 10 + 1
     assert messages[-1] == ("warning", "... and 3 more.")
+
+
+def test_a_fired_timer_awaiting_confirmation_shows_as_unconfirmed(viewer: Client) -> None:
+    from bsft_saga import clock
+
+    saga = make_saga("admin-unconfirmed")
+    row = make_timeout(saga, "nudge", outcome="fired")
+    SagaTimeout.objects.filter(pk=row.pk).update(claimed_until=clock.now())
+
+    page = viewer.get(_url("sagatimeout", "changelist"))
+
+    assert "fired (unconfirmed)" in page.content.decode()

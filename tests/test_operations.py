@@ -220,6 +220,19 @@ def test_purge_never_touches_pending_rows(history: dict[str, SagaTimeout]) -> No
     assert _left() == {"pending"}
 
 
+def test_purge_keeps_a_fired_timer_whose_event_still_owes_receivers(
+    history: dict[str, SagaTimeout],
+) -> None:
+    # Stamped fired by its saga's step, but the dispatcher never confirmed the other
+    # receivers had the event: a later pass must still re-publish it.
+    SagaTimeout.objects.filter(pk=history[TimeoutOutcome.FIRED].pk).update(
+        claimed_until=clock.now()
+    )
+
+    assert purge(timedelta(days=30)) == 3
+    assert _left() == {"old-fired", "recent", "pending"}
+
+
 def test_purge_measures_the_window_from_the_clock(history: dict[str, SagaTimeout]) -> None:
     with freeze_time(clock.now() + timedelta(days=25)):
         assert purge(timedelta(days=30)) == 5

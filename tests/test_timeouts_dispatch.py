@@ -474,6 +474,7 @@ def test_a_receiver_that_failed_after_the_timer_woke_its_saga_gets_the_event_aga
     clock.tick(timedelta(hours=1))
 
     first = drain_due()
+    assert timers_of(ProbeFlow, "p-1")[0].is_unconfirmed
     second = drain_due()
 
     # The saga handled the timer once (its inbox drops the repeat); the failing receiver
