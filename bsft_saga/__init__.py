@@ -13,6 +13,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "Envelope",
+    "SagaContext",
     "SagaFlow",
     "UnknownEventType",
     "__version__",
@@ -28,12 +29,14 @@ _LAZY = {
     "deadline_exceeded": "bsft_saga.events.envelope",
     "UnknownEventType": "bsft_saga.exceptions",
     "SagaFlow": "bsft_saga.flows",
+    "SagaContext": "bsft_saga.engine.context",
 }
 
 if TYPE_CHECKING:
     from bsft_saga.events.envelope import Envelope, deadline_exceeded
     from bsft_saga.events.registry import event
     from bsft_saga.exceptions import UnknownEventType
+    from bsft_saga.engine.context import SagaContext
     from bsft_saga.flows import SagaFlow
     from bsft_saga.publishing import publish
 
