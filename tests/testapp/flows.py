@@ -10,7 +10,7 @@ from typing import Any
 
 from django.db import connection
 
-from bsft_saga import SagaFlow
+from bsft_saga import SagaContext, SagaFlow
 from tests.testapp.engine_events import (
     DeadlineProbeFinished,
     DeadlineProbeStarted,
@@ -46,7 +46,7 @@ class OrderState:
     log: list[str] = field(default_factory=list)
 
 
-def _record_total(ctx: Any, e: OrderPlaced) -> None:
+def _record_total(ctx: SagaContext[OrderState], e: OrderPlaced) -> None:
     ctx.state.total = e.total
     ctx.state.log.append("placed")
     ctx.publish(ReserveStock(e.order_id))
