@@ -33,10 +33,10 @@ _LAZY = {
 }
 
 if TYPE_CHECKING:
+    from bsft_saga.engine.context import SagaContext
     from bsft_saga.events.envelope import Envelope, deadline_exceeded
     from bsft_saga.events.registry import event
     from bsft_saga.exceptions import UnknownEventType
-    from bsft_saga.engine.context import SagaContext
     from bsft_saga.flows import SagaFlow
     from bsft_saga.publishing import publish
 
