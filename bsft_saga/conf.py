@@ -1,7 +1,7 @@
 """The ``BSFT_SAGA`` setting: defaults, validation and typed access.
 
-``saga_settings`` reads ``django.conf.settings.BSFT_SAGA`` on every access, so it follows
-``override_settings`` without any cache to invalidate. Nothing here runs at import time.
+``saga_settings`` follows ``override_settings``: it types and validates each value of
+``settings.BSFT_SAGA`` once, on first access. Nothing here reads settings at import time.
 """
 
 from __future__ import annotations
@@ -9,10 +9,13 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import timedelta
+from types import MappingProxyType
 from typing import Any
 
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
+from django.core.signals import setting_changed
+from django.dispatch import receiver
 
 SETTING_NAME = "BSFT_SAGA"
 
@@ -145,45 +148,94 @@ class TimeoutSettings:
     claim_lease: timedelta
 
 
-class SagaSettings:
-    """Typed, validated view of ``settings.BSFT_SAGA``; read afresh on every access."""
+@dataclass(frozen=True)
+class _Snapshot:
+    """The typed view of one ``BSFT_SAGA`` value, built once after it validated."""
 
-    def raw(self) -> Mapping[str, Any]:
-        value = getattr(settings, SETTING_NAME, None)
-        return {} if value is None else value
+    raw: Mapping[str, Any]
+    timeouts: TimeoutSettings
+    max_conflict_retries: int
+    calendars: Mapping[str, Mapping[str, Any]]
+    api: dict[str, Any]
 
-    def _validated(self) -> Mapping[str, Any]:
-        raw = self.raw()
+    @classmethod
+    def of(cls, raw: Mapping[str, Any]) -> _Snapshot:
         problems = validate(raw)
         if problems:
             raise ImproperlyConfigured("; ".join(str(p) for p in problems))
-        return raw
+        timeouts = _section(raw, "TIMEOUTS")
+        return cls(
+            raw=raw,
+            timeouts=TimeoutSettings(
+                poll_interval=_validated_timedelta(timeouts["POLL_INTERVAL"]),
+                batch_size=timeouts["BATCH_SIZE"],
+                catch_up_policy=timeouts["CATCH_UP_POLICY"],
+                max_catch_up_age=_validated_timedelta(timeouts["MAX_CATCH_UP_AGE"]),
+                max_dispatch_attempts=timeouts["MAX_DISPATCH_ATTEMPTS"],
+                claim_lease=_validated_timedelta(timeouts["CLAIM_LEASE"]),
+            ),
+            max_conflict_retries=_section(raw, "ENGINE")["MAX_CONFLICT_RETRIES"],
+            calendars=raw.get("CALENDARS", {}),
+            api=_section(raw, "API"),
+        )
+
+
+def _validated_timedelta(value: Any) -> timedelta:
+    delta = _as_timedelta(value)
+    assert delta is not None  # validate() has rejected anything else
+    return delta
+
+
+_NOT_SET: Mapping[str, Any] = MappingProxyType({})
+
+
+class SagaSettings:
+    """Typed, validated view of ``settings.BSFT_SAGA``.
+
+    The engine reads it on every event and the dispatcher on every row, so the view is
+    built once per setting value: ``override_settings`` installs a new value, which is
+    validated and typed afresh on its first access (and ``setting_changed`` drops the
+    view, for a value edited in place).
+    """
+
+    def __init__(self) -> None:
+        self._snapshot: _Snapshot | None = None
+
+    def raw(self) -> Mapping[str, Any]:
+        value = getattr(settings, SETTING_NAME, None)
+        return _NOT_SET if value is None else value
+
+    def reload(self) -> None:
+        self._snapshot = None
+
+    def _current(self) -> _Snapshot:
+        raw = self.raw()
+        snapshot = self._snapshot
+        if snapshot is None or snapshot.raw is not raw:
+            snapshot = self._snapshot = _Snapshot.of(raw)
+        return snapshot
 
     @property
     def timeouts(self) -> TimeoutSettings:
-        section = _section(self._validated(), "TIMEOUTS")
-        return TimeoutSettings(
-            poll_interval=_as_timedelta(section["POLL_INTERVAL"]) or timedelta(seconds=5),
-            batch_size=section["BATCH_SIZE"],
-            catch_up_policy=section["CATCH_UP_POLICY"],
-            max_catch_up_age=_as_timedelta(section["MAX_CATCH_UP_AGE"]) or timedelta(days=1),
-            max_dispatch_attempts=section["MAX_DISPATCH_ATTEMPTS"],
-            claim_lease=_as_timedelta(section["CLAIM_LEASE"]) or timedelta(minutes=5),
-        )
+        return self._current().timeouts
 
     @property
     def max_conflict_retries(self) -> int:
-        value: int = _section(self._validated(), "ENGINE")["MAX_CONFLICT_RETRIES"]
-        return value
+        return self._current().max_conflict_retries
 
     @property
     def calendars(self) -> Mapping[str, Mapping[str, Any]]:
-        value: Mapping[str, Mapping[str, Any]] = self._validated().get("CALENDARS", {})
-        return value
+        return self._current().calendars
 
     @property
     def api(self) -> dict[str, Any]:
-        return _section(self._validated(), "API")
+        return dict(self._current().api)
 
 
 saga_settings = SagaSettings()
+
+
+@receiver(setting_changed)
+def _reload_saga_settings(*, setting: str, **kwargs: Any) -> None:
+    if setting == SETTING_NAME:
+        saga_settings.reload()

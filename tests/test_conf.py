@@ -122,3 +122,12 @@ def test_a_bad_value_is_rejected_naming_its_path(raw: dict[str, Any], path: str)
 def test_calendar_names_are_the_users_own() -> None:
     raw = {"CALENDARS": {"any-name-you-like": {"BACKEND": "x.Y"}}}
     assert validate(raw) == []
+
+
+def test_the_typed_view_is_built_once_per_setting_value() -> None:
+    # The engine reads it for every event: a value is validated and typed once.
+    assert saga_settings.timeouts is saga_settings.timeouts
+    before = saga_settings.timeouts
+    with override_settings(BSFT_SAGA={"TIMEOUTS": {"BATCH_SIZE": 7}}):
+        assert saga_settings.timeouts.batch_size == 7
+    assert saga_settings.timeouts == before
