@@ -14,6 +14,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
 from functools import partial
+from typing import Any
 
 from django.db import transaction
 from django.db.models import F
@@ -24,7 +25,9 @@ from bsft_saga.events import codec
 from bsft_saga.events.envelope import Envelope
 from bsft_saga.events.registry import event_class
 from bsft_saga.events.sending import send_envelope
+from bsft_saga.exceptions import failure_reason
 from bsft_saga.models import SagaOutboxMessage
+from bsft_saga.querysets import SagaOutboxQuerySet
 from bsft_saga.signals import deferred_event_committed
 
 logger = logging.getLogger(__name__)
@@ -48,13 +51,15 @@ class DeliveryReport:
         )
 
 
-def new_row(envelope: Envelope, *, saga_id: uuid.UUID | None = None) -> SagaOutboxMessage:
-    """An unsaved outbox row for ``envelope``; ``TypeError`` if its event cannot be encoded."""
+def new_row(
+    envelope: Envelope, payload: dict[str, Any], *, saga_id: uuid.UUID | None = None
+) -> SagaOutboxMessage:
+    """An unsaved outbox row for ``envelope``, whose event ``payload`` encodes."""
     return SagaOutboxMessage(
         id=envelope.message_id,
         saga_id=saga_id,
         event_type=envelope.event_type,
-        payload=codec.encode(envelope.event),
+        payload=payload,
         correlation_id=envelope.correlation_id or "",
         causation_id=envelope.causation_id,
         deadline=envelope.deadline,
@@ -62,15 +67,18 @@ def new_row(envelope: Envelope, *, saga_id: uuid.UUID | None = None) -> SagaOutb
     )
 
 
-def deliver_after_commit(message_ids: list[uuid.UUID]) -> None:
-    """Deliver these rows once the current transaction commits (now, outside one)."""
-    if message_ids:
-        transaction.on_commit(partial(deliver, message_ids))
+def deliver_after_commit(envelopes: list[Envelope]) -> None:
+    """Deliver the rows of ``envelopes`` once the current transaction commits.
+
+    The envelopes are published from memory; the rows are only claimed and stamped.
+    """
+    if envelopes:
+        transaction.on_commit(partial(_deliver_staged, envelopes))
 
 
-def stage_deferred(envelope: Envelope) -> None:
+def stage_deferred(envelope: Envelope, payload: dict[str, Any]) -> None:
     """Write ``envelope`` to the outbox and hand it to a worker after commit."""
-    new_row(envelope).save(force_insert=True)
+    new_row(envelope, payload).save(force_insert=True)
     transaction.on_commit(
         partial(deferred_event_committed.send, sender=None, message_id=envelope.message_id)
     )
@@ -84,6 +92,12 @@ def deliver(message_ids: Iterable[uuid.UUID], *, now: datetime | None = None) ->
     return report
 
 
+def _deliver_staged(envelopes: list[Envelope]) -> None:
+    now = clock.now()
+    for envelope in envelopes:
+        _deliver_one(envelope.message_id, now, envelope=envelope)
+
+
 def deliver_pending(
     *, batch_size: int | None = None, now: datetime | None = None
 ) -> DeliveryReport:
@@ -94,43 +108,39 @@ def deliver_pending(
     return deliver(ids, now=moment)
 
 
-def _deliver_one(message_id: uuid.UUID, now: datetime) -> DeliveryReport:
+def _deliver_one(
+    message_id: uuid.UUID, now: datetime, *, envelope: Envelope | None = None
+) -> DeliveryReport:
+    """Claim one row, publish it (``envelope``, or rebuilt from the row), stamp it."""
     token = uuid.uuid4()
-    lease = saga_settings.timeouts.claim_lease
     claimed = (
         SagaOutboxMessage.objects.deliverable(now)
         .filter(pk=message_id)
-        .update(claim_token=token, claimed_until=now + lease)
+        .update(claim_token=token, claimed_until=now + saga_settings.timeouts.claim_lease)
     )
     if not claimed:
         return DeliveryReport(unclaimed=1)
-    row = SagaOutboxMessage.objects.get(pk=message_id)
     mine = SagaOutboxMessage.objects.filter(pk=message_id, claim_token=token)
     try:
-        send_envelope(envelope_of(row))
+        send_envelope(envelope or envelope_of(SagaOutboxMessage.objects.get(pk=message_id)))
     except Exception as exc:
-        logger.exception(
-            "bsft_saga: delivering outbox message %s (%s) failed", row.pk, row.event_type
-        )
-        attempts = row.attempts + 1
-        if attempts >= saga_settings.timeouts.max_dispatch_attempts:
-            mine.update(
-                attempts=attempts,
-                last_error=_describe(exc),
-                dead_lettered_at=clock.now(),
-                claim_token=None,
-                claimed_until=None,
-            )
-            return DeliveryReport(dead_lettered=1)
-        mine.update(
-            attempts=F("attempts") + 1,
-            last_error=_describe(exc),
-            claim_token=None,
-            claimed_until=None,
-        )
-        return DeliveryReport(failed=1)
+        logger.exception("bsft_saga: delivering outbox message %s failed", message_id)
+        return _record_failure(mine, exc)
     mine.update(delivered_at=clock.now())
     return DeliveryReport(delivered=1)
+
+
+def _record_failure(mine: SagaOutboxQuerySet, exc: Exception) -> DeliveryReport:
+    """Count an attempt and release the claim; dead-letter at ``MAX_DISPATCH_ATTEMPTS``."""
+    attempts = mine.values_list("attempts", flat=True).first()
+    if attempts is None:
+        return DeliveryReport(unclaimed=1)  # our claim was taken over meanwhile
+    release = {"last_error": failure_reason(exc), "claim_token": None, "claimed_until": None}
+    if attempts + 1 >= saga_settings.timeouts.max_dispatch_attempts:
+        mine.update(attempts=attempts + 1, dead_lettered_at=clock.now(), **release)
+        return DeliveryReport(dead_lettered=1)
+    mine.update(attempts=F("attempts") + 1, **release)
+    return DeliveryReport(failed=1)
 
 
 def envelope_of(row: SagaOutboxMessage) -> Envelope:
@@ -145,7 +155,3 @@ def envelope_of(row: SagaOutboxMessage) -> Envelope:
         deadline=row.deadline,
         published_at=row.created_at,
     )
-
-
-def _describe(exc: BaseException) -> str:
-    return f"{type(exc).__name__}: {exc}"[:4000]

@@ -34,7 +34,7 @@ def publish(
     a ``TypeError`` here; a naive ``deadline`` is a ``ValueError``.
     """
     event_type = event_type_of(event)
-    codec.encode(event)  # fail now, not when a worker or a timer reads the row back
+    payload = codec.encode(event)  # fail now, not when a worker reads the row back
     if deadline is not None and (deadline.tzinfo is None or deadline.utcoffset() is None):
         raise ValueError(f"publish({event_type}): deadline must be an aware datetime")
     envelope = Envelope(
@@ -49,7 +49,7 @@ def publish(
     if defer:
         from bsft_saga.outbox import stage_deferred
 
-        stage_deferred(envelope)
+        stage_deferred(envelope, payload)
     else:
         send_envelope(envelope)
     return envelope

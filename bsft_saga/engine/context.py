@@ -28,12 +28,20 @@ from bsft_saga.timeouts.requests import (
 S = TypeVar("S")
 
 
+@dataclass(frozen=True)
+class StagedEvent:
+    """An event a step published, with the payload it was validated (encoded) as."""
+
+    envelope: Envelope
+    payload: dict[str, Any]
+
+
 @dataclass
 class StepEffects:
     """Everything the bodies of one step asked for, in order."""
 
     timer_operations: list[TimerOperation] = field(default_factory=list)
-    outbox: list[Envelope] = field(default_factory=list)
+    outbox: list[StagedEvent] = field(default_factory=list)
     completed: bool = False
 
 
@@ -67,7 +75,7 @@ class SagaContext(Generic[S]):
         compensation, which must run late too), the saga's deadline.
         """
         event_type = event_type_of(event)
-        codec.encode(event)  # a payload that cannot be stored fails in the body, not later
+        payload = codec.encode(event)  # a payload that cannot be stored fails in the body
         deadline = None if ignore_deadline else (self.deadline or self.envelope.deadline)
         envelope = Envelope(
             message_id=uuid.uuid4(),
@@ -78,7 +86,7 @@ class SagaContext(Generic[S]):
             deadline=deadline,
             published_at=self.now,
         )
-        self.effects.outbox.append(envelope)
+        self.effects.outbox.append(StagedEvent(envelope, payload))
         return envelope
 
     def mark_complete(self) -> None:

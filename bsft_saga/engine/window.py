@@ -78,9 +78,11 @@ def commit(transition: Transition) -> None:
         else:
             c, scheduled = _apply_timer_operations(t)
             canceled += c
-        rows = [outbox.new_row(envelope, saga_id=t.saga_id) for envelope in t.effects.outbox]
-        SagaOutboxMessage.objects.bulk_create(rows)
-        outbox.deliver_after_commit([row.pk for row in rows])
+        staged = t.effects.outbox
+        SagaOutboxMessage.objects.bulk_create(
+            [outbox.new_row(s.envelope, s.payload, saga_id=t.saga_id) for s in staged]
+        )
+        outbox.deliver_after_commit([s.envelope for s in staged])
         transaction.on_commit(lambda: _report(t, canceled=canceled, scheduled=scheduled))
 
 

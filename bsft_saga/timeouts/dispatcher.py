@@ -31,6 +31,7 @@ from bsft_saga.events import codec
 from bsft_saga.events.envelope import Envelope, TimerOrigin
 from bsft_saga.events.registry import event_class
 from bsft_saga.events.sending import send_envelope
+from bsft_saga.exceptions import failure_reason
 from bsft_saga.models import SagaTimeout, TimeoutOutcome
 from bsft_saga.querysets import SagaTimeoutQuerySet
 from bsft_saga.timeouts.catch_up import select_missed
@@ -214,7 +215,7 @@ def _record_failure(
     fired and becomes unconfirmed at once, so the next pass re-publishes it to the other
     receivers (at least once) while the saga's inbox drops the repeat (exactly once).
     """
-    reason = f"{type(exc).__name__}: {exc}"[:4000]
+    reason = failure_reason(exc)
     attempts = row.attempts + 1
     now = clock.now()
     held = _held(row, token)
