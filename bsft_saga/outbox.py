@@ -9,9 +9,10 @@ its row first, so two deliverers never publish one row at the same time.
 from __future__ import annotations
 
 import logging
+import operator
 import uuid
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import astuple, dataclass
 from datetime import datetime
 from functools import partial
 from typing import Any
@@ -43,12 +44,7 @@ class DeliveryReport:
     unclaimed: int = 0
 
     def __add__(self, other: DeliveryReport) -> DeliveryReport:
-        return DeliveryReport(
-            self.delivered + other.delivered,
-            self.failed + other.failed,
-            self.dead_lettered + other.dead_lettered,
-            self.unclaimed + other.unclaimed,
-        )
+        return DeliveryReport(*map(operator.add, astuple(self), astuple(other)))
 
 
 def new_row(

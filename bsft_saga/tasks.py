@@ -26,30 +26,28 @@ DRAIN_TASK = "bsft_saga.tasks.drain_saga_timeouts"
 def drain_saga_timeouts() -> dict[str, int]:
     """Drain due timers and undelivered outbox rows, pass after pass, while there is work,
     for at most one ``POLL_INTERVAL`` (the next beat tick takes over from there)."""
-    from bsft_saga import outbox
-    from bsft_saga.timeouts.dispatcher import DrainReport, drain_due
+    from bsft_saga.draining import drain_pass
+    from bsft_saga.outbox import DeliveryReport
+    from bsft_saga.timeouts.dispatcher import DrainReport
 
     budget = saga_settings.timeouts.poll_interval.total_seconds()
     started = time.monotonic()
-    total = DrainReport()
-    delivered = 0
+    total, deliveries = DrainReport(), DeliveryReport()
     while True:
-        report = drain_due()
-        deliveries = outbox.deliver_pending()
-        total += report
-        delivered += deliveries.delivered
-        worked = report.settled + report.failed + deliveries.delivered + deliveries.failed
-        if not worked or time.monotonic() - started >= budget:
+        report = drain_pass()
+        total += report.timers
+        deliveries += report.outbox
+        if not report.found_work or time.monotonic() - started >= budget:
             break
     if total.settled or total.failed:
-        logger.info("bsft_saga drain: %s delivered=%d", total, delivered)
+        logger.info("bsft_saga drain: %s delivered=%d", total, deliveries.delivered)
     return {
         "fired": total.fired,
         "missed": total.missed,
         "failed": total.failed,
         "dead_lettered": total.dead_lettered,
         "unclaimed": total.unclaimed,
-        "delivered": delivered,
+        "delivered": deliveries.delivered,
     }
 
 

@@ -15,6 +15,7 @@ from django.db.models import Min
 from freezegun import freeze_time
 
 from bsft_saga import clock
+from bsft_saga.draining import drain_pass
 from bsft_saga.events import codec
 from bsft_saga.events.envelope import Envelope
 from bsft_saga.flows.registry import flow_registry
@@ -22,7 +23,6 @@ from bsft_saga.models import SagaInstance, SagaTimeout
 from bsft_saga.outbox import deliver_pending
 from bsft_saga.publishing import publish
 from bsft_saga.querysets import SagaTimeoutQuerySet
-from bsft_saga.timeouts.dispatcher import drain_due
 
 
 class SagaHarness:
@@ -79,10 +79,9 @@ class SagaHarness:
         """Run dispatch passes until nothing is due; return how many timers stopped being due."""
         settled = 0
         while True:
-            report = drain_due()
-            self._deliver_outbox()
-            settled += report.settled
-            if not (report.settled or report.failed):
+            report = drain_pass()
+            settled += report.timers.settled
+            if not report.found_work:
                 return settled
 
     def advance_time(self, delta: timedelta) -> int:

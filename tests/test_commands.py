@@ -20,10 +20,12 @@ from django.db import OperationalError
 from django.test import override_settings
 
 from bsft_saga import clock, publish
+from bsft_saga.draining import PassReport
 from bsft_saga.flows.registry import flow_registry
 from bsft_saga.graph import render_dot, render_mermaid
 from bsft_saga.management.commands.purge_saga_timeouts import parse_duration
 from bsft_saga.models import SagaInstance, SagaOutboxMessage, SagaTimeout, TimeoutOutcome
+from bsft_saga.outbox import DeliveryReport
 from bsft_saga.timeouts.dispatcher import DrainReport
 from tests.testapp.ops_events import Noted, ReminderRequested
 from tests.testapp.ops_flows import REMINDER_SAGA_TYPE, make_saga, make_timeout
@@ -153,16 +155,16 @@ def test_drain_loop_outlives_a_failed_pass_and_restores_the_sigterm_handler(
 
     passes: list[int] = []
 
-    def database_blip_then_sigterm(*, batch_size: int | None = None) -> DrainReport:
+    def database_blip_then_sigterm(*, batch_size: int | None = None) -> PassReport:
         passes.append(1)
         if len(passes) == 1:
             raise OperationalError("server closed the connection unexpectedly")
         # The command's handler is installed, so this stops the loop, not the test run.
         assert signal.getsignal(signal.SIGTERM) not in (signal.SIG_DFL, signal.SIG_IGN, None)
         os.kill(os.getpid(), signal.SIGTERM)
-        return DrainReport(fired=2)
+        return PassReport(timers=DrainReport(fired=2), outbox=DeliveryReport())
 
-    monkeypatch.setattr(command, "drain_due", database_blip_then_sigterm)
+    monkeypatch.setattr(command, "drain_pass", database_blip_then_sigterm)
     handler_before = signal.getsignal(signal.SIGTERM)
     timeouts = {**settings.BSFT_SAGA["TIMEOUTS"], "POLL_INTERVAL": 0.01}
 

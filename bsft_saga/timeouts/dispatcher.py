@@ -17,8 +17,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import operator
 import uuid
-from dataclasses import dataclass
+from dataclasses import astuple, dataclass
 from datetime import datetime
 
 from django.db import connection, transaction
@@ -50,13 +51,7 @@ class DrainReport:
     unclaimed: int = 0
 
     def __add__(self, other: DrainReport) -> DrainReport:
-        return DrainReport(
-            self.fired + other.fired,
-            self.missed + other.missed,
-            self.failed + other.failed,
-            self.dead_lettered + other.dead_lettered,
-            self.unclaimed + other.unclaimed,
-        )
+        return DrainReport(*map(operator.add, astuple(self), astuple(other)))
 
     @property
     def settled(self) -> int:

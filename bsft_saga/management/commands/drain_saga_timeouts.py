@@ -13,7 +13,8 @@ from django.db import connections
 
 from bsft_saga import outbox
 from bsft_saga.conf import saga_settings
-from bsft_saga.timeouts.dispatcher import DrainReport, drain_due
+from bsft_saga.draining import drain_pass
+from bsft_saga.timeouts.dispatcher import DrainReport
 
 logger = logging.getLogger(__name__)
 
@@ -120,20 +121,13 @@ class Command(BaseCommand):
 
     def _pass(self, *, number: int | None, quiet_if_idle: bool = False) -> bool:
         """Run one pass; return whether it found any work."""
-        report = drain_due(batch_size=self.batch_size)
-        deliveries = outbox.deliver_pending(batch_size=self.batch_size)
-        self.total += report
-        self.total_outbox += deliveries
-        worked = bool(
-            report.settled
-            or report.failed
-            or deliveries.delivered
-            or deliveries.failed
-            or deliveries.dead_lettered
-        )
+        report = drain_pass(batch_size=self.batch_size)
+        self.total += report.timers
+        self.total_outbox += report.outbox
+        worked = report.found_work
         if number is not None and self.verbosity >= (3 if quiet_if_idle and not worked else 2):
-            self.stdout.write(f"pass {number}: {report}")
-            self.stdout.write(f"pass {number}: {_outbox_line(deliveries)}")
+            self.stdout.write(f"pass {number}: {report.timers}")
+            self.stdout.write(f"pass {number}: {_outbox_line(report.outbox)}")
         return worked
 
     def _summarise(self) -> None:

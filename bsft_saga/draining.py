@@ -1,0 +1,31 @@
+"""One drain pass: everything the Celery task, the command and the harness repeat."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from bsft_saga import outbox
+from bsft_saga.timeouts.dispatcher import DrainReport, drain_due
+
+
+@dataclass(frozen=True)
+class PassReport:
+    """What one pass did with due timers and with outbox rows."""
+
+    timers: DrainReport
+    outbox: outbox.DeliveryReport
+
+    @property
+    def found_work(self) -> bool:
+        """Whether anything was fired, settled, delivered or failed: worth another pass.
+
+        A failure counts: a row failing every pass is retried until it is dead-lettered.
+        """
+        t, o = self.timers, self.outbox
+        return bool(t.settled or t.failed or o.delivered or o.failed or o.dead_lettered)
+
+
+def drain_pass(*, batch_size: int | None = None) -> PassReport:
+    """Fire due timers (``drain_due``), then deliver outbox rows whose delivery was lost."""
+    timers = drain_due(batch_size=batch_size)
+    return PassReport(timers=timers, outbox=outbox.deliver_pending(batch_size=batch_size))
