@@ -16,3 +16,4 @@ class DeadlineExpired:
     """Published when a saga's ``with_deadline`` budget runs out; wakes its ``on_expired``."""
 
     saga_id: str
+    saga_type: str

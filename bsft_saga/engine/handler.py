@@ -47,10 +47,10 @@ def handle(envelope: Envelope) -> None:
     for flow in flow_registry.flows_for(envelope.event_type):
         keys: dict[str, set[int]] = {}
         for step_index, trigger in flow.routes(envelope.event_type):
-            key = trigger.key_for(envelope.event, where=flow.where(step_index))
+            key = trigger.key_for(envelope.event, where=partial(flow.where, step_index))
             keys.setdefault(key, set()).add(step_index)
         for key, step_indices in keys.items():
-            _apply(flow, key, envelope, partial(_plan_step, flow, key, step_indices, envelope))
+            _apply(flow, envelope, partial(_plan_step, flow, key, step_indices, envelope))
 
 
 @dataclass(frozen=True)
@@ -58,6 +58,7 @@ class _Plan:
     """What handling the event will do: which instance, from which version, with which bodies."""
 
     saga_id: uuid.UUID
+    correlation_key: str  # "" for a single-instance flow
     is_new: bool
     version: int
     step_index: int  # the step that handles the event
@@ -72,6 +73,7 @@ class _Plan:
     ) -> _Plan:
         return cls(
             saga_id=instance.pk,
+            correlation_key=instance.correlation_key,
             is_new=False,
             version=instance.version,
             step_index=instance.step_index,
@@ -82,17 +84,17 @@ class _Plan:
         )
 
 
-def _apply(
-    flow: FlowDefinition, key: str, envelope: Envelope, plan: Callable[[], _Plan | None]
-) -> None:
+def _apply(flow: FlowDefinition, envelope: Envelope, plan: Callable[[], _Plan | None]) -> None:
     """Plan against the current row, run, commit; re-plan after losing a version race."""
     retries = saga_settings.max_conflict_retries
+    key = ""
     for attempt in range(retries + 1):
         planned = plan()
         if planned is None:
             return
+        key = planned.correlation_key
         try:
-            _run_and_commit(flow, key, planned, envelope)
+            _run_and_commit(flow, planned, envelope)
             return
         except window.VersionConflict:
             _back_off(attempt)
@@ -128,6 +130,7 @@ def _plan_step(
             return None  # a redelivered start event of an instance that already finished
         return _Plan(
             saga_id=uuid.uuid4(),
+            correlation_key=key,
             is_new=True,
             version=0,
             step_index=0,
@@ -147,12 +150,7 @@ def _handled(instance: SagaInstance, envelope: Envelope) -> bool:
     return SagaInboxEntry.objects.filter(saga=instance, message_id=envelope.message_id).exists()
 
 
-def _run_and_commit(
-    flow: FlowDefinition,
-    key: str,
-    plan: _Plan,
-    envelope: Envelope,
-) -> None:
+def _run_and_commit(flow: FlowDefinition, plan: _Plan, envelope: Envelope) -> None:
     now = clock.now()
     state = (
         flow.new_state()
@@ -163,7 +161,7 @@ def _run_and_commit(
         state=state,
         saga_id=plan.saga_id,
         saga_type=flow.saga_type,
-        correlation_key=key or None,
+        correlation_key=plan.correlation_key or None,
         envelope=envelope,
         now=now,
         deadline=plan.deadline,
@@ -174,7 +172,9 @@ def _run_and_commit(
                 name=DEADLINE_TIMER_NAME,
                 due_at=plan.deadline,
                 event_type=DEADLINE_EVENT_TYPE,
-                payload=codec.encode(DeadlineExpired(saga_id=str(plan.saga_id))),
+                payload=codec.encode(
+                    DeadlineExpired(saga_id=str(plan.saga_id), saga_type=flow.saga_type)
+                ),
                 calendar_key="",
                 scope="saga",
             )
@@ -192,7 +192,7 @@ def _run_and_commit(
         window.Transition(
             saga_id=plan.saga_id,
             saga_type=flow.saga_type,
-            correlation_key=key,
+            correlation_key=plan.correlation_key,
             state_type=flow.state_type,
             state=codec.encode(ctx.state),
             is_new=plan.is_new,
@@ -238,23 +238,20 @@ def _handle_deadline(envelope: Envelope) -> None:
     """Run ``on_expired`` of the instance the deadline timer belongs to, at any step."""
     event = envelope.event
     assert isinstance(event, DeadlineExpired)
-    saga_id = uuid.UUID(event.saga_id)
-    instance = SagaInstance.objects.active().filter(pk=saga_id).first()
-    if instance is None:
-        return  # completed before its deadline
     try:
-        flow = flow_registry.get(instance.saga_type)
+        flow = flow_registry.get(event.saga_type)
     except LookupError:
-        logger.warning("bsft_saga: deadline of %s, whose flow is not registered", instance)
+        logger.warning("bsft_saga: deadline of a %s saga, whose flow is not registered", event)
         return
     deadline = flow.deadline
     if deadline is None:
         return
+    saga_id = uuid.UUID(event.saga_id)
 
     def plan() -> _Plan | None:
-        current = SagaInstance.objects.active().filter(pk=saga_id).first()
-        if current is None or _handled(current, envelope):
-            return None
-        return _Plan.for_instance(current, (StepBody(run=deadline.on_expired),), advance=False)
+        instance = SagaInstance.objects.active().filter(pk=saga_id).first()
+        if instance is None or _handled(instance, envelope):
+            return None  # completed before its deadline, or expired already
+        return _Plan.for_instance(instance, (StepBody(run=deadline.on_expired),), advance=False)
 
-    _apply(flow, instance.correlation_key, envelope, plan)
+    _apply(flow, envelope, plan)

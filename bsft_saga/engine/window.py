@@ -70,12 +70,12 @@ def commit(transition: Transition) -> None:
             event_type=t.envelope.event_type,
             handled_at=t.now,
         )
-        if t.ends_wait:
-            canceled += timer_store.cancel_step_scoped(t.saga_id, now=t.now)
         if t.completes:
             # A completed saga keeps no pending timer, and writes none of its last step's.
-            canceled += timer_store.cancel_all(t.saga_id, now=t.now)
+            canceled = timer_store.cancel_all(t.saga_id, now=t.now)
         else:
+            if t.ends_wait:
+                canceled += timer_store.cancel_step_scoped(t.saga_id, now=t.now)
             c, scheduled = _apply_timer_operations(t)
             canceled += c
         staged = t.effects.outbox

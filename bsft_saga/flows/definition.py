@@ -28,14 +28,17 @@ class Trigger:
     event_type: str
     key: KeySelector | None
 
-    def key_for(self, event: Any, *, where: str) -> str:
-        """Return the correlation key for ``event`` ("" for single-instance flows)."""
+    def key_for(self, event: Any, *, where: Callable[[], str]) -> str:
+        """Return the correlation key for ``event`` ("" for single-instance flows).
+
+        ``where()`` names the flow and step in the error; it is only called on one.
+        """
         if self.key is None:
             return ""
         value = self.key(event)
         if not isinstance(value, str):
             raise TypeError(
-                f"{where}: the key for {self.event_type!r} returned "
+                f"{where()}: the key for {self.event_type!r} returned "
                 f"{type(value).__name__} {value!r}; a correlation key must be a str "
                 f"(use str(...) for ids)."
             )
