@@ -14,10 +14,10 @@ from __future__ import annotations
 
 import json
 from datetime import timedelta
-from typing import Any
+from typing import Any, cast
 
 from django.contrib import admin, messages
-from django.db.models import Model, Q, QuerySet
+from django.db.models import Model, QuerySet
 from django.http import HttpRequest, HttpResponse
 from django.urls import reverse
 from django.utils.html import format_html
@@ -35,6 +35,7 @@ from bsft_saga.models import (
     SagaTimeout,
     TimeoutOutcome,
 )
+from bsft_saga.querysets import SagaInstanceQuerySet, SagaOutboxQuerySet, SagaTimeoutQuerySet
 from bsft_saga.timeouts import maintenance
 
 CONTENT_PERMISSION_FALLBACK = "bsft_saga.read_saga_content"
@@ -76,6 +77,24 @@ class ReadOnlyAdmin(NoWritesMixin, admin.ModelAdmin):
     def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> Any:
         return self.get_fields(request, obj)
 
+    def audited_saga(self, obj: Any) -> SagaInstance | None:
+        """The saga whose content a change page shows (audited like an HTTP read); None: none."""
+        return None
+
+    def change_view(
+        self,
+        request: HttpRequest,
+        object_id: str,
+        form_url: str = "",
+        extra_context: dict[str, Any] | None = None,
+    ) -> HttpResponse:
+        response = super().change_view(request, object_id, form_url, extra_context)
+        shown = _shown_object(response)
+        saga = None if shown is None else self.audited_saga(shown)
+        if saga is not None and can_read_content(request):
+            _audit_content_read(request, saga)
+        return response
+
     def get_fields(self, request: HttpRequest, obj: Any = None) -> Any:
         fields = list(self.fields or ())
         if can_read_content(request):
@@ -116,7 +135,7 @@ class StalledFilter(admin.SimpleListFilter):
         window = self.windows.get(self.value() or "")
         if window is None:
             return queryset
-        return queryset.filter(pk__in=SagaInstance.objects.stalled(clock.now() - window))
+        return cast(SagaInstanceQuerySet, queryset).stalled(clock.now() - window)
 
 
 class SagaTimeoutInline(NoWritesMixin, admin.TabularInline):
@@ -173,18 +192,8 @@ class SagaInstanceAdmin(ReadOnlyAdmin):
     def state_json(self, obj: SagaInstance) -> SafeString:
         return _pretty_json(obj.state)
 
-    def change_view(
-        self,
-        request: HttpRequest,
-        object_id: str,
-        form_url: str = "",
-        extra_context: dict[str, Any] | None = None,
-    ) -> HttpResponse:
-        response = super().change_view(request, object_id, form_url, extra_context)
-        instance = _shown_object(response)
-        if isinstance(instance, SagaInstance) and can_read_content(request):
-            _audit_content_read(request, instance)
-        return response
+    def audited_saga(self, obj: SagaInstance) -> SagaInstance:
+        return obj
 
 
 def _shown_object(response: HttpResponse) -> Model | None:
@@ -224,10 +233,11 @@ class TimeoutStatusFilter(admin.SimpleListFilter):
 
     def queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> QuerySet[Any] | None:
         value = self.value()
+        timeouts = cast(SagaTimeoutQuerySet, queryset)
         if value == "pending":
-            return queryset.filter(dispatched_at__isnull=True)
+            return timeouts.pending()
         if value == "due":
-            return queryset.filter(dispatched_at__isnull=True, due_at__lte=clock.now())
+            return timeouts.pending().filter(due_at__lte=clock.now())
         if value in TimeoutOutcome.values:
             return queryset.filter(outcome=value)
         return queryset
@@ -331,18 +341,8 @@ class SagaTimeoutAdmin(ReadOnlyAdmin):
                 messages.WARNING,
             )
 
-    def change_view(
-        self,
-        request: HttpRequest,
-        object_id: str,
-        form_url: str = "",
-        extra_context: dict[str, Any] | None = None,
-    ) -> HttpResponse:
-        response = super().change_view(request, object_id, form_url, extra_context)
-        timeout = _shown_object(response)
-        if isinstance(timeout, SagaTimeout) and can_read_content(request):
-            _audit_content_read(request, timeout.saga)
-        return response
+    def audited_saga(self, obj: SagaTimeout) -> SagaInstance:
+        return obj.saga
 
 
 # -- outbox and audit -----------------------------------------------------------------------
@@ -360,13 +360,15 @@ class OutboxStatusFilter(admin.SimpleListFilter):
         ]
 
     def queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> QuerySet[Any] | None:
-        conditions = {
-            "pending": Q(delivered_at__isnull=True, dead_lettered_at__isnull=True),
-            "delivered": Q(delivered_at__isnull=False),
-            "dead_lettered": Q(dead_lettered_at__isnull=False),
-        }
-        condition = conditions.get(self.value() or "")
-        return queryset if condition is None else queryset.filter(condition)
+        outbox = cast(SagaOutboxQuerySet, queryset)
+        value = self.value()
+        if value == "pending":
+            return outbox.pending()
+        if value == "delivered":
+            return outbox.filter(delivered_at__isnull=False)
+        if value == "dead_lettered":
+            return outbox.dead_lettered()
+        return queryset
 
 
 @admin.register(SagaOutboxMessage)
