@@ -20,7 +20,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from bsft_saga.events.codec import check_dataclass, decode, encode, to_plain_json
+from bsft_saga.events.codec import check_dataclass, decode, encode
 
 # --- the classes under test -------------------------------------------------------------
 
@@ -637,38 +637,3 @@ def test_local_class_naming_only_module_level_types_works() -> None:
 
     value = LocalEvent(Line("a", 1, Decimal("2.50")), datetime(2024, 1, 1, tzinfo=UTC))
     assert through_json(value) == value
-
-
-# --- to_plain_json ----------------------------------------------------------------------
-
-
-def test_to_plain_json_renders_values_for_responses() -> None:
-    value = {
-        "amount": Decimal("1.50"),
-        "id": UUID(int=1),
-        "at": datetime(2024, 1, 2, 3, 4, tzinfo=UTC),
-        "day": date(2024, 1, 2),
-        "region": Region.EU,
-        "level": Level.TWO,
-        "nan": math.nan,
-        "items": (1, "a", None, True),
-        1: "int key",
-        "line": Line("s", 2, Decimal("3")),
-    }
-    assert to_plain_json(value) == {
-        "amount": "1.50",
-        "id": "00000000-0000-0000-0000-000000000001",
-        "at": "2024-01-02T03:04:00+00:00",
-        "day": "2024-01-02",
-        "region": "eu",
-        "level": 2,
-        "nan": "NaN",
-        "items": [1, "a", None, True],
-        "1": "int key",
-        "line": {"sku": "s", "quantity": 2, "price": "3", "discount": None},
-    }
-
-
-def test_to_plain_json_refuses_values_without_a_json_form() -> None:
-    with pytest.raises(TypeError, match="set has no plain JSON form"):
-        to_plain_json({1, 2})

@@ -40,20 +40,19 @@ fills missing fields from their defaults, ``default_factory`` included.
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 import re
 import types
 import typing
 from abc import ABC, abstractmethod
 from collections.abc import Iterator, Mapping
-from datetime import date, datetime, time, timedelta, timezone
+from datetime import date, datetime, timedelta, timezone
 from decimal import Decimal, InvalidOperation
 from enum import Enum
 from typing import Any, NamedTuple, TypeVar
 from uuid import UUID
 
-__all__ = ["check_dataclass", "decode", "encode", "to_plain_json"]
+__all__ = ["check_dataclass", "decode", "encode"]
 
 T = TypeVar("T")
 
@@ -783,40 +782,3 @@ def decode(cls: type[T], data: Mapping[str, Any]) -> T:
             f"Cannot decode {klass.__name__}: {exc.where(klass)}: {exc.message}"
         ) from None
     return decoded
-
-
-def to_plain_json(obj: Any) -> Any:
-    """Return *obj* as plain JSON values, for responses rather than for storage.
-
-    Dataclass instances go through ``encode()``; ``Decimal`` and ``UUID`` become strings,
-    dates and times ISO 8601 strings, enums their values, tuples lists, and non-finite
-    floats the same strings ``encode()`` writes. Unlike ``encode()`` this is one-way: the
-    result carries no type information to decode it with.
-    """
-    if obj is None or type(obj) in (str, int, bool):
-        return obj
-    if isinstance(obj, Enum):
-        return to_plain_json(obj.value)
-    if isinstance(obj, float):
-        return _encode_float(float(obj))
-    if isinstance(obj, Decimal | UUID):
-        return str(obj)
-    if isinstance(obj, date | time):
-        return obj.isoformat()
-    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
-        return encode(obj)
-    if isinstance(obj, Mapping):
-        return {_plain_key(key): to_plain_json(value) for key, value in obj.items()}
-    if isinstance(obj, list | tuple):
-        return [to_plain_json(item) for item in obj]
-    if isinstance(obj, str):
-        return str.__str__(obj)
-    if isinstance(obj, int):
-        return int(obj)
-    raise TypeError(f"{_describe(type(obj))} has no plain JSON form")
-
-
-def _plain_key(key: Any) -> str:
-    plain = to_plain_json(key)
-    # The key forms json.dumps() would write: 1 -> "1", True -> "true", None -> "null".
-    return plain if isinstance(plain, str) else json.dumps(plain)

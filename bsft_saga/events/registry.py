@@ -64,7 +64,3 @@ def event_class(name: str) -> type[Any]:
         return _by_name[name]
     except KeyError:
         raise UnknownEventType(name) from None
-
-
-def registered_event_types() -> dict[str, type]:
-    return dict(_by_name)
