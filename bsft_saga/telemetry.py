@@ -30,10 +30,10 @@ to the real provider as soon as it is set.
 
 from __future__ import annotations
 
-import threading
 import time
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
+from functools import cache
 from types import MappingProxyType
 from typing import Final
 
@@ -80,59 +80,35 @@ ATTR_EVENT_TYPE: Final = "saga.event.type"
 ATTR_TIMEOUT_NAME: Final = "saga.timeout.name"
 ATTR_CORRELATION_ID: Final = "saga.correlation_id"
 
-_lock = threading.Lock()
-_meter: Meter | None = None
-_counters: dict[str, Counter] = {}
-_histogram: Histogram | None = None
-_tracer_instance: Tracer | None = None
+
+@cache
+def _meter() -> Meter:
+    # Before the host installs a provider these are the API's proxies, which switch to the
+    # real provider once one is set, so creating them once, at first use, is safe.
+    return metrics.get_meter(METER_NAME, __version__)
 
 
-def _get_meter() -> Meter:
-    # Called with _lock held.
-    global _meter
-    if _meter is None:
-        _meter = metrics.get_meter(METER_NAME, __version__)
-    return _meter
-
-
+@cache
 def _counter(instrument: str) -> Counter:
-    counter = _counters.get(instrument)
-    if counter is not None:
-        return counter
     if instrument not in COUNTERS:
         raise ValueError(
             f"Unknown bsft_saga counter {instrument!r}; expected one of {sorted(COUNTERS)}."
         )
-    with _lock:
-        counter = _counters.get(instrument)
-        if counter is None:
-            counter = _get_meter().create_counter(
-                f"{METER_NAME}.{instrument}", unit="1", description=COUNTERS[instrument]
-            )
-            _counters[instrument] = counter
-    return counter
+    return _meter().create_counter(
+        f"{METER_NAME}.{instrument}", unit="1", description=COUNTERS[instrument]
+    )
 
 
+@cache
 def _step_duration() -> Histogram:
-    global _histogram
-    if _histogram is None:
-        with _lock:
-            if _histogram is None:
-                _histogram = _get_meter().create_histogram(
-                    STEP_DURATION, unit="s", description="Wall time of one saga step."
-                )
-    return _histogram
+    return _meter().create_histogram(
+        STEP_DURATION, unit="s", description="Wall time of one saga step."
+    )
 
 
+@cache
 def _tracer() -> Tracer:
-    # Before the host installs a provider this is the API's ProxyTracer, which switches to
-    # the real provider's tracer once one is set, so caching it is safe.
-    global _tracer_instance
-    if _tracer_instance is None:
-        with _lock:
-            if _tracer_instance is None:
-                _tracer_instance = trace.get_tracer(TRACER_NAME, __version__)
-    return _tracer_instance
+    return trace.get_tracer(TRACER_NAME, __version__)
 
 
 def count(instrument: str, saga_type: str, amount: int = 1) -> None:
