@@ -8,6 +8,7 @@ from __future__ import annotations
 import logging
 import time
 import uuid
+from dataclasses import asdict
 from typing import Any
 
 from celery import current_app, shared_task
@@ -41,14 +42,7 @@ def drain_saga_timeouts() -> dict[str, int]:
             break
     if total.settled or total.failed:
         logger.info("bsft_saga drain: %s delivered=%d", total, deliveries.delivered)
-    return {
-        "fired": total.fired,
-        "missed": total.missed,
-        "failed": total.failed,
-        "dead_lettered": total.dead_lettered,
-        "unclaimed": total.unclaimed,
-        "delivered": deliveries.delivered,
-    }
+    return {**asdict(total), "delivered": deliveries.delivered}
 
 
 @shared_task(name="bsft_saga.tasks.deliver_event", ignore_result=True)
