@@ -168,19 +168,7 @@ class SagaInstanceAdmin(ReadOnlyAdmin):
     search_fields = ("saga_type", "correlation_key")
     date_hierarchy = "updated_at"
     ordering = ("-updated_at",)
-    fields = (
-        "id",
-        "saga_type",
-        "correlation_key",
-        "state_type",
-        "step_index",
-        "is_complete",
-        "created_at",
-        "updated_at",
-        "completed_at",
-        "deadline",
-        "version",
-    )
+    fields = SagaInstance.PROGRESS_FIELDS
     content_fields = ("state_json",)
     inlines = (SagaTimeoutInline,)
 

@@ -73,6 +73,22 @@ class SagaInstance(models.Model):
             models.Index(fields=["-updated_at"], name="bsft_saga_instance_updated_idx"),
         ]
 
+    #: The progress metadata: every field but the content (``state``). The HTTP list and
+    #: the admin show these to anyone allowed to see sagas at all.
+    PROGRESS_FIELDS = (
+        "id",
+        "saga_type",
+        "correlation_key",
+        "state_type",
+        "step_index",
+        "is_complete",
+        "created_at",
+        "updated_at",
+        "completed_at",
+        "deadline",
+        "version",
+    )
+
     def __str__(self) -> str:
         key = self.correlation_key or "-"
         return f"{self.saga_type}[{key}] step {self.step_index}"

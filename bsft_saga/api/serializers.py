@@ -6,19 +6,7 @@ from rest_framework import serializers
 
 from bsft_saga.models import SagaInstance, SagaTimeout
 
-INSTANCE_FIELDS = [
-    "id",
-    "saga_type",
-    "correlation_key",
-    "state_type",
-    "step_index",
-    "is_complete",
-    "created_at",
-    "updated_at",
-    "completed_at",
-    "deadline",
-    "version",
-]
+INSTANCE_FIELDS = list(SagaInstance.PROGRESS_FIELDS)
 
 TIMEOUT_FIELDS = [
     "id",
