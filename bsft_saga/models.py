@@ -10,7 +10,8 @@ import uuid
 
 from django.conf import settings
 from django.db import models
-from django.db.models import Q
+from django.db.models import F, Q
+from django.db.models.functions import Coalesce
 from django.utils.translation import gettext_lazy as _
 
 from bsft_saga.querysets import SagaInstanceQuerySet, SagaOutboxQuerySet, SagaTimeoutQuerySet
@@ -51,13 +52,27 @@ class SagaInstance(models.Model):
     version = models.PositiveIntegerField(
         _("version"), default=1, help_text=_("Optimistic-concurrency token, +1 per transition.")
     )
+    flow_version = models.PositiveIntegerField(
+        _("flow version"),
+        default=1,
+        help_text=_("SagaFlow.version the instance started under; it keeps that version's steps."),
+    )
+    terminated_reason = models.TextField(
+        _("terminated reason"),
+        blank=True,
+        default="",
+        help_text=_("Why an operator terminated the instance; blank unless it was terminated."),
+    )
 
     objects = SagaInstanceQuerySet.as_manager()
 
     class Meta:
         verbose_name = _("saga instance")
         verbose_name_plural = _("saga instances")
-        permissions = [("read_saga_content", _("Can read saga state and timer payloads"))]
+        permissions = [
+            ("read_saga_content", _("Can read saga state and timer payloads")),
+            ("terminate_saga", _("Can terminate a saga instance")),
+        ]
         constraints = [
             models.UniqueConstraint(
                 fields=["saga_type", "correlation_key"],
@@ -71,6 +86,12 @@ class SagaInstance(models.Model):
                 name="bsft_saga_instance_key_idx",
             ),
             models.Index(fields=["-updated_at"], name="bsft_saga_instance_updated_idx"),
+            # Retention: completed instances by age (purge_saga_data).
+            models.Index(
+                fields=["completed_at"],
+                name="bsft_saga_instance_done_idx",
+                condition=Q(is_complete=True),
+            ),
         ]
 
     #: The progress metadata: every field but the content (``state``). The HTTP list and
@@ -152,6 +173,12 @@ class SagaOutboxMessage(models.Model):
     delivered_at = models.DateTimeField(_("delivered at"), null=True, blank=True)
     attempts = models.PositiveIntegerField(_("attempts"), default=0)
     last_error = models.TextField(_("last error"), blank=True)
+    next_attempt_at = models.DateTimeField(
+        _("next attempt at"),
+        null=True,
+        blank=True,
+        help_text=_("After a failed attempt: no delivery is tried before this (retry back-off)."),
+    )
     dead_lettered_at = models.DateTimeField(_("dead-lettered at"), null=True, blank=True)
     claim_token = models.UUIDField(_("claim token"), null=True, blank=True, editable=False)
     claimed_until = models.DateTimeField(_("claimed until"), null=True, blank=True)
@@ -166,6 +193,24 @@ class SagaOutboxMessage(models.Model):
                 fields=["created_at"],
                 name="bsft_saga_outbox_pending_idx",
                 condition=Q(delivered_at__isnull=True, dead_lettered_at__isnull=True),
+            ),
+            # What a delivery pass claims: undelivered rows in the order they become ready.
+            models.Index(
+                Coalesce("next_attempt_at", "created_at"),
+                F("id"),
+                name="bsft_saga_outbox_ready_idx",
+                condition=Q(delivered_at__isnull=True, dead_lettered_at__isnull=True),
+            ),
+            models.Index(
+                fields=["dead_lettered_at"],
+                name="bsft_saga_outbox_dead_idx",
+                condition=Q(dead_lettered_at__isnull=False),
+            ),
+            # Retention: delivered rows by age (purge_saga_data).
+            models.Index(
+                fields=["delivered_at"],
+                name="bsft_saga_outbox_delivered_idx",
+                condition=Q(delivered_at__isnull=False),
             ),
         ]
 
@@ -215,6 +260,12 @@ class SagaTimeout(models.Model):
     scheduled_at = models.DateTimeField(_("scheduled at"))
     attempts = models.PositiveIntegerField(_("attempts"), default=0)
     last_error = models.TextField(_("last error"), blank=True)
+    next_attempt_at = models.DateTimeField(
+        _("next attempt at"),
+        null=True,
+        blank=True,
+        help_text=_("After a failed attempt: the timer is not fired before this (retry back-off)."),
+    )
     dispatched_at = models.DateTimeField(_("dispatched at"), null=True, blank=True)
     # Null, not "", while pending: API.md promises `outcome` is None until the timer leaves.
     outcome = models.CharField(  # noqa: DJ001
@@ -243,11 +294,19 @@ class SagaTimeout(models.Model):
                 name="bsft_saga_timeout_due_idx",
                 condition=Q(dispatched_at__isnull=True),
             ),
+            # What a dispatch pass claims: pending rows in the order they become ready
+            # (a row waiting for its retry back-off is ready at next_attempt_at).
+            models.Index(
+                Coalesce("next_attempt_at", "due_at"),
+                F("id"),
+                name="bsft_saga_timeout_ready_idx",
+                condition=Q(dispatched_at__isnull=True),
+            ),
             models.Index(fields=["dispatched_at"], name="bsft_saga_timeout_retired_idx"),
             models.Index(
-                fields=["claimed_until"],
-                name="bsft_saga_timeout_unconf_idx",
-                condition=Q(outcome="fired", claimed_until__isnull=False),
+                fields=["dead_lettered_at"],
+                name="bsft_saga_timeout_dead_idx",
+                condition=Q(dead_lettered_at__isnull=False),
             ),
         ]
 
