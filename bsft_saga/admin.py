@@ -25,17 +25,19 @@ from django.utils.safestring import SafeString
 from django.utils.translation import gettext_lazy as _
 from django.utils.translation import ngettext
 
-from bsft_saga import clock
+from bsft_saga import clock, outbox
 from bsft_saga.audit import READ_CONTENT, get_audit_recorder
 from bsft_saga.conf import saga_settings
-from bsft_saga.models import (
-    SagaAuditRecord,
-    SagaInstance,
-    SagaOutboxMessage,
-    SagaTimeout,
-    TimeoutOutcome,
+from bsft_saga.delivery.requeue import RequeueResult
+from bsft_saga.models import SagaAuditRecord, SagaInstance, SagaOutboxMessage, SagaTimeout
+from bsft_saga.querysets import (
+    OUTBOX_STATUSES,
+    TIMER_STATUSES,
+    DeliveryStatus,
+    SagaInstanceQuerySet,
+    SagaOutboxQuerySet,
+    SagaTimeoutQuerySet,
 )
-from bsft_saga.querysets import SagaInstanceQuerySet, SagaOutboxQuerySet, SagaTimeoutQuerySet
 from bsft_saga.timeouts import maintenance
 
 CONTENT_PERMISSION_FALLBACK = "bsft_saga.read_saga_content"
@@ -140,7 +142,16 @@ class StalledFilter(admin.SimpleListFilter):
 
 class SagaTimeoutInline(NoWritesMixin, admin.TabularInline):
     model = SagaTimeout
-    fields = ("name", "status", "due_at", "event_type", "scope", "attempts", "dispatched_at")
+    fields = (
+        "name",
+        "status",
+        "due_at",
+        "event_type",
+        "scope",
+        "attempts",
+        "next_attempt_at",
+        "dispatched_at",
+    )
     readonly_fields = fields
     ordering = ("due_at", "id")
     extra = 0
@@ -150,7 +161,7 @@ class SagaTimeoutInline(NoWritesMixin, admin.TabularInline):
 
     @admin.display(description=_("status"))
     def status(self, obj: SagaTimeout) -> str:
-        return timeout_status(obj)
+        return str(obj.status().label)
 
 
 @admin.register(SagaInstance)
@@ -196,39 +207,26 @@ def _shown_object(response: HttpResponse) -> Model | None:
 # -- timers ---------------------------------------------------------------------------------
 
 
-def timeout_status(obj: SagaTimeout) -> str:
-    if obj.is_unconfirmed:
-        return str(_("fired (unconfirmed)"))
-    if obj.outcome:
-        return str(TimeoutOutcome(obj.outcome).label)
-    if obj.due_at <= clock.now():
-        return str(_("pending (due)"))
-    return str(_("pending"))
+class DeliveryStatusFilter(admin.SimpleListFilter):
+    """A row's delivery status (``DeliveryStatus``), as the querysets define it."""
 
-
-class TimeoutStatusFilter(admin.SimpleListFilter):
-    """Pending, overdue, or one of the outcomes (the outcome column is null while pending)."""
-
-    title = _("outcome")
-    parameter_name = "outcome"
+    title = _("status")
+    parameter_name = "status"
+    statuses: tuple[DeliveryStatus, ...] = ()
 
     def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, Any]]:
-        return [
-            ("pending", _("pending")),
-            ("due", _("pending and due")),
-            *[(choice.value, choice.label) for choice in TimeoutOutcome],
-        ]
+        return [(status.value, status.label) for status in self.statuses]
 
     def queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> QuerySet[Any] | None:
         value = self.value()
-        timeouts = cast(SagaTimeoutQuerySet, queryset)
-        if value == "pending":
-            return timeouts.pending()
-        if value == "due":
-            return timeouts.pending().filter(due_at__lte=clock.now())
-        if value in TimeoutOutcome.values:
-            return queryset.filter(outcome=value)
-        return queryset
+        if value not in {status.value for status in self.statuses}:
+            return queryset
+        rows = cast(SagaTimeoutQuerySet | SagaOutboxQuerySet, queryset)
+        return rows.in_status(DeliveryStatus(value), clock.now())
+
+
+class TimeoutStatusFilter(DeliveryStatusFilter):
+    statuses = TIMER_STATUSES
 
 
 @admin.register(SagaTimeout)
@@ -240,6 +238,7 @@ class SagaTimeoutAdmin(ReadOnlyAdmin):
         "due_at",
         "event_type",
         "attempts",
+        "next_attempt_at",
         "dispatched_at",
         "calendar_key",
     )
@@ -263,6 +262,7 @@ class SagaTimeoutAdmin(ReadOnlyAdmin):
         "scheduled_step_index",
         "scheduled_at",
         "attempts",
+        "next_attempt_at",
         "dispatched_at",
         "outcome",
         "dead_lettered_at",
@@ -278,7 +278,7 @@ class SagaTimeoutAdmin(ReadOnlyAdmin):
 
     @admin.display(description=_("status"), ordering="outcome")
     def status(self, obj: SagaTimeout) -> str:
-        return timeout_status(obj)
+        return str(obj.status().label)
 
     @admin.display(description=_("payload"))
     def payload_json(self, obj: SagaTimeout) -> SafeString:
@@ -294,74 +294,74 @@ class SagaTimeoutAdmin(ReadOnlyAdmin):
     )
     def requeue_dead_lettered(self, request: HttpRequest, queryset: QuerySet[Any]) -> None:
         result = maintenance.requeue_dead_lettered(list(queryset.values_list("pk", flat=True)))
-        if result.requeued:
-            self.message_user(
-                request,
-                ngettext(
-                    "%(count)d dead-lettered timer was requeued; it fires at the next drain.",
-                    "%(count)d dead-lettered timers were requeued; they fire at the next drain.",
-                    result.requeued,
-                )
-                % {"count": result.requeued},
-                messages.SUCCESS,
-            )
-        if not result.refused:
-            return
-        count = len(result.refused)
-        self.message_user(
-            request,
-            ngettext(
-                "%(count)d timer was not requeued:",
-                "%(count)d timers were not requeued:",
-                count,
-            )
-            % {"count": count},
-            messages.WARNING,
+        requeued = ngettext(
+            "%(count)d dead-lettered timer was requeued; it fires at the next drain.",
+            "%(count)d dead-lettered timers were requeued; they fire at the next drain.",
+            result.requeued,
         )
-        for _pk, reason in result.refused[:MAX_REFUSALS_LISTED]:
-            self.message_user(request, reason, messages.WARNING)
-        if count > MAX_REFUSALS_LISTED:
-            more = count - MAX_REFUSALS_LISTED
-            self.message_user(
-                request,
-                ngettext("... and %(count)d more.", "... and %(count)d more.", more)
-                % {"count": more},
-                messages.WARNING,
-            )
+        report_requeue(self, request, result, noun=("timer", "timers"), requeued=requeued)
 
     def audited_saga(self, obj: SagaTimeout) -> SagaInstance:
         return obj.saga
 
 
+def report_requeue(
+    model_admin: admin.ModelAdmin[Any],
+    request: HttpRequest,
+    result: RequeueResult,
+    *,
+    noun: tuple[str, str],
+    requeued: str,
+) -> None:
+    """Tell the user how many rows a requeue action requeued and why any were refused.
+
+    ``requeued`` is the success message, already translated for the count (``ngettext``).
+    """
+    if result.requeued:
+        model_admin.message_user(request, requeued % {"count": result.requeued}, messages.SUCCESS)
+    if not result.refused:
+        return
+    count = len(result.refused)
+    model_admin.message_user(
+        request,
+        ngettext(
+            "%(count)d %(noun)s was not requeued:",
+            "%(count)d %(nouns)s were not requeued:",
+            count,
+        )
+        % {"count": count, "noun": noun[0], "nouns": noun[1]},
+        messages.WARNING,
+    )
+    for _pk, reason in result.refused[:MAX_REFUSALS_LISTED]:
+        model_admin.message_user(request, reason, messages.WARNING)
+    if count > MAX_REFUSALS_LISTED:
+        more = count - MAX_REFUSALS_LISTED
+        model_admin.message_user(
+            request,
+            ngettext("... and %(count)d more.", "... and %(count)d more.", more) % {"count": more},
+            messages.WARNING,
+        )
+
+
 # -- outbox and audit -----------------------------------------------------------------------
 
 
-class OutboxStatusFilter(admin.SimpleListFilter):
-    title = _("status")
-    parameter_name = "status"
-
-    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, Any]]:
-        return [
-            ("pending", _("pending")),
-            ("delivered", _("delivered")),
-            ("dead_lettered", _("dead-lettered")),
-        ]
-
-    def queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> QuerySet[Any] | None:
-        outbox = cast(SagaOutboxQuerySet, queryset)
-        value = self.value()
-        if value == "pending":
-            return outbox.pending()
-        if value == "delivered":
-            return outbox.filter(delivered_at__isnull=False)
-        if value == "dead_lettered":
-            return outbox.dead_lettered()
-        return queryset
+class OutboxStatusFilter(DeliveryStatusFilter):
+    statuses = OUTBOX_STATUSES
 
 
 @admin.register(SagaOutboxMessage)
 class SagaOutboxMessageAdmin(ReadOnlyAdmin):
-    list_display = ("event_type", "id", "saga", "status", "created_at", "delivered_at", "attempts")
+    list_display = (
+        "event_type",
+        "id",
+        "saga",
+        "status",
+        "created_at",
+        "delivered_at",
+        "attempts",
+        "next_attempt_at",
+    )
     list_filter = (OutboxStatusFilter, "event_type")
     list_select_related = ("saga",)
     search_fields = ("event_type", "correlation_id")
@@ -377,16 +377,34 @@ class SagaOutboxMessageAdmin(ReadOnlyAdmin):
         "created_at",
         "delivered_at",
         "attempts",
+        "next_attempt_at",
         "dead_lettered_at",
         "claimed_until",
     )
     content_fields = ("payload_json", "last_error")
+    actions = ("requeue_dead_lettered",)
 
     @admin.display(description=_("status"))
     def status(self, obj: SagaOutboxMessage) -> str:
-        if obj.dead_lettered_at is not None:
-            return str(_("dead-lettered"))
-        return str(_("delivered") if obj.delivered_at is not None else _("pending"))
+        return str(obj.status().label)
+
+    def has_requeue_permission(self, request: HttpRequest) -> bool:
+        """Requeueing is gated on the model's change permission (the admin edits nothing)."""
+        return bool(request.user.has_perm("bsft_saga.change_sagaoutboxmessage"))
+
+    @admin.action(
+        description=_("Requeue selected dead-lettered outbox messages"),
+        permissions=["requeue"],
+    )
+    def requeue_dead_lettered(self, request: HttpRequest, queryset: QuerySet[Any]) -> None:
+        result = outbox.requeue_dead_lettered(list(queryset.values_list("pk", flat=True)))
+        requeued = ngettext(
+            "%(count)d dead-lettered outbox message was requeued; the next drain delivers it.",
+            "%(count)d dead-lettered outbox messages were requeued; the next drain delivers them.",
+            result.requeued,
+        )
+        noun = ("outbox message", "outbox messages")
+        report_requeue(self, request, result, noun=noun, requeued=requeued)
 
     @admin.display(description=_("payload"))
     def payload_json(self, obj: SagaOutboxMessage) -> SafeString:

@@ -28,8 +28,12 @@ DEFAULTS: dict[str, dict[str, Any]] = {
         "CATCH_UP_POLICY": "fire_all",
         "MAX_CATCH_UP_AGE": timedelta(days=1),
         "MAX_DISPATCH_ATTEMPTS": 10,
+        # The wait after a row's first failed attempt; it doubles with every further one,
+        # up to MAX_RETRY_DELAY (each wait is jittered down by up to a fifth).
+        "RETRY_BACKOFF": 5,
+        "MAX_RETRY_DELAY": 3600,
         # How long a dispatcher owns the rows it claimed; a dispatcher that dies holding
-        # them is taken over once this has passed.
+        # them is taken over once this has passed. Keep it well above a batch's duration.
         "CLAIM_LEASE": timedelta(minutes=5),
     },
     "ENGINE": {
@@ -63,7 +67,10 @@ def _as_timedelta(value: Any) -> timedelta | None:
     if isinstance(value, timedelta):
         return value
     if isinstance(value, int | float) and not isinstance(value, bool):
-        return timedelta(seconds=value)
+        try:
+            return timedelta(seconds=value)
+        except (OverflowError, ValueError):  # beyond timedelta's range, or NaN
+            return None
     return None
 
 
@@ -98,7 +105,13 @@ def validate(raw: Any) -> list[ConfigProblem]:
                     )
                 )
     timeouts = _section(raw, "TIMEOUTS")
-    for key in ("POLL_INTERVAL", "MAX_CATCH_UP_AGE", "CLAIM_LEASE"):
+    for key in (
+        "POLL_INTERVAL",
+        "MAX_CATCH_UP_AGE",
+        "CLAIM_LEASE",
+        "RETRY_BACKOFF",
+        "MAX_RETRY_DELAY",
+    ):
         delta = _as_timedelta(timeouts[key])
         if delta is None or delta <= timedelta(0):
             problems.append(
@@ -145,6 +158,8 @@ class TimeoutSettings:
     catch_up_policy: str
     max_catch_up_age: timedelta
     max_dispatch_attempts: int
+    retry_backoff: timedelta
+    max_retry_delay: timedelta
     claim_lease: timedelta
 
 
@@ -172,6 +187,8 @@ class _Snapshot:
                 catch_up_policy=timeouts["CATCH_UP_POLICY"],
                 max_catch_up_age=_validated_timedelta(timeouts["MAX_CATCH_UP_AGE"]),
                 max_dispatch_attempts=timeouts["MAX_DISPATCH_ATTEMPTS"],
+                retry_backoff=_validated_timedelta(timeouts["RETRY_BACKOFF"]),
+                max_retry_delay=_validated_timedelta(timeouts["MAX_RETRY_DELAY"]),
                 claim_lease=_validated_timedelta(timeouts["CLAIM_LEASE"]),
             ),
             max_conflict_retries=_section(raw, "ENGINE")["MAX_CONFLICT_RETRIES"],

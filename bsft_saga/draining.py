@@ -17,12 +17,14 @@ class PassReport:
 
     @property
     def found_work(self) -> bool:
-        """Whether anything was fired, settled, delivered or failed: worth another pass.
+        """Whether a row was fired, settled, delivered or dead-lettered: worth another pass.
 
-        A failure counts: a row failing every pass is retried until it is dead-lettered.
+        A failed attempt is not: the row waits for its retry back-off, and another pass
+        right away would find it not due (a loop that counted failures as work would spin,
+        and used to burn every attempt of a briefly failing receiver within one beat tick).
         """
         t, o = self.timers, self.outbox
-        return bool(t.settled or t.failed or o.delivered or o.failed or o.dead_lettered)
+        return bool(t.settled or o.delivered or o.dead_lettered or o.unclaimed)
 
 
 def drain_pass(*, batch_size: int | None = None) -> PassReport:

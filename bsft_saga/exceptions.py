@@ -32,8 +32,3 @@ class FlowDefinitionError(SagaError, ValueError):
 
 class SagaConcurrencyError(SagaError):
     """An event kept losing the optimistic-concurrency race for one saga instance."""
-
-
-def failure_reason(exc: BaseException) -> str:
-    """How a failed delivery is recorded on its row (``last_error``, dead-letter reason)."""
-    return f"{type(exc).__name__}: {exc}"[:4000]

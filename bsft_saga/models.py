@@ -7,6 +7,7 @@ or the timer dispatcher, never by ``save()`` side effects.
 from __future__ import annotations
 
 import uuid
+from datetime import datetime
 
 from django.conf import settings
 from django.db import models
@@ -14,7 +15,15 @@ from django.db.models import F, Q
 from django.db.models.functions import Coalesce
 from django.utils.translation import gettext_lazy as _
 
-from bsft_saga.querysets import SagaInstanceQuerySet, SagaOutboxQuerySet, SagaTimeoutQuerySet
+from bsft_saga import clock
+from bsft_saga.querysets import (
+    DeliveryStatus,
+    SagaInstanceQuerySet,
+    SagaOutboxQuerySet,
+    SagaTimeoutQuerySet,
+    outbox_status,
+    timer_status,
+)
 
 
 class SagaInstance(models.Model):
@@ -142,7 +151,31 @@ class SagaInboxEntry(models.Model):
         return f"{self.event_type} {self.message_id}"
 
 
-class SagaOutboxMessage(models.Model):
+class DeliveryRow(models.Model):
+    """The columns a timer and an outbox message share: one delivery machinery, two tables
+    (``bsft_saga.delivery``). ``querysets.DeliveryStatus`` names the states they define."""
+
+    attempts = models.PositiveIntegerField(_("attempts"), default=0)
+    last_error = models.TextField(_("last error"), blank=True)
+    next_attempt_at = models.DateTimeField(
+        _("next attempt at"),
+        null=True,
+        blank=True,
+        help_text=_("After a failed attempt: not tried again before this (retry back-off)."),
+    )
+    dead_lettered_at = models.DateTimeField(_("dead-lettered at"), null=True, blank=True)
+    claim_token = models.UUIDField(_("claim token"), null=True, blank=True, editable=False)
+    claimed_until = models.DateTimeField(_("claimed until"), null=True, blank=True)
+
+    class Meta:
+        abstract = True
+
+    def status(self, now: datetime | None = None) -> DeliveryStatus:
+        """Where the row is in its delivery lifecycle at ``now`` (default: the clock)."""
+        raise NotImplementedError
+
+
+class SagaOutboxMessage(DeliveryRow):
     """An event waiting to be published after the transaction that staged it committed.
 
     Written by a step's ``ctx.publish`` (``saga`` set) or ``publish(..., defer=True)``.
@@ -171,17 +204,6 @@ class SagaOutboxMessage(models.Model):
     deadline = models.DateTimeField(_("deadline"), null=True, blank=True)
     created_at = models.DateTimeField(_("created at"))
     delivered_at = models.DateTimeField(_("delivered at"), null=True, blank=True)
-    attempts = models.PositiveIntegerField(_("attempts"), default=0)
-    last_error = models.TextField(_("last error"), blank=True)
-    next_attempt_at = models.DateTimeField(
-        _("next attempt at"),
-        null=True,
-        blank=True,
-        help_text=_("After a failed attempt: no delivery is tried before this (retry back-off)."),
-    )
-    dead_lettered_at = models.DateTimeField(_("dead-lettered at"), null=True, blank=True)
-    claim_token = models.UUIDField(_("claim token"), null=True, blank=True, editable=False)
-    claimed_until = models.DateTimeField(_("claimed until"), null=True, blank=True)
 
     objects = SagaOutboxQuerySet.as_manager()
 
@@ -217,6 +239,10 @@ class SagaOutboxMessage(models.Model):
     def __str__(self) -> str:
         return f"{self.event_type} {self.id}"
 
+    def status(self, now: datetime | None = None) -> DeliveryStatus:
+        """Where the row is in its delivery lifecycle at ``now`` (default: the clock)."""
+        return outbox_status(self, now or clock.now())
+
 
 class TimeoutOutcome(models.TextChoices):
     FIRED = "fired", _("fired")
@@ -230,7 +256,7 @@ class TimeoutScope(models.TextChoices):
     SAGA = "saga", _("saga")
 
 
-class SagaTimeout(models.Model):
+class SagaTimeout(DeliveryRow):
     """A durable named timer of one saga instance.
 
     Pending while ``dispatched_at`` is null; ``(saga, name)`` is unique among pending rows.
@@ -258,23 +284,12 @@ class SagaTimeout(models.Model):
         _("scheduled at step"), help_text=_("The saga's step_index when the timer was scheduled.")
     )
     scheduled_at = models.DateTimeField(_("scheduled at"))
-    attempts = models.PositiveIntegerField(_("attempts"), default=0)
-    last_error = models.TextField(_("last error"), blank=True)
-    next_attempt_at = models.DateTimeField(
-        _("next attempt at"),
-        null=True,
-        blank=True,
-        help_text=_("After a failed attempt: the timer is not fired before this (retry back-off)."),
-    )
     dispatched_at = models.DateTimeField(_("dispatched at"), null=True, blank=True)
     # Null, not "", while pending: API.md promises `outcome` is None until the timer leaves.
     outcome = models.CharField(  # noqa: DJ001
         _("outcome"), max_length=20, choices=TimeoutOutcome.choices, null=True, blank=True
     )
-    dead_lettered_at = models.DateTimeField(_("dead-lettered at"), null=True, blank=True)
     dead_letter_reason = models.TextField(_("dead-letter reason"), blank=True)
-    claim_token = models.UUIDField(_("claim token"), null=True, blank=True, editable=False)
-    claimed_until = models.DateTimeField(_("claimed until"), null=True, blank=True)
 
     objects = SagaTimeoutQuerySet.as_manager()
 
@@ -317,10 +332,9 @@ class SagaTimeout(models.Model):
     def is_pending(self) -> bool:
         return self.dispatched_at is None
 
-    @property
-    def is_unconfirmed(self) -> bool:
-        """Stamped fired by its saga's step, but not every receiver has had the event yet."""
-        return self.outcome == TimeoutOutcome.FIRED and self.claimed_until is not None
+    def status(self, now: datetime | None = None) -> DeliveryStatus:
+        """Where the timer is in its lifecycle at ``now`` (default: the clock)."""
+        return timer_status(self, now or clock.now())
 
 
 class SagaAuditRecord(models.Model):

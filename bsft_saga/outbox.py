@@ -1,9 +1,11 @@
 """The outbox: events staged inside a transaction and published after it commits.
 
-Rows come from a step's ``ctx.publish`` and from ``publish(..., defer=True)``. Delivery
-is at least once: right after commit, and again by ``deliver_pending`` (run by the drain
-task and command) for rows whose delivery was lost with its process. Each delivery claims
-its row first, so two deliverers never publish one row at the same time.
+Rows come from a step's ``ctx.publish`` and from ``publish(..., defer=True)``. Delivery is
+at least once: right after commit, and again by ``deliver_pending`` (run by the drain task
+and command) for rows whose delivery was lost with its process or failed. Rows go through
+the same machinery as timers (:mod:`bsft_saga.delivery`): claimed with a lease, delivered
+in one transaction per batch, retried with back-off, dead-lettered at
+``MAX_DISPATCH_ATTEMPTS`` and requeued by ``requeue_saga_outbox``.
 """
 
 from __future__ import annotations
@@ -11,22 +13,23 @@ from __future__ import annotations
 import logging
 import operator
 import uuid
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import astuple, dataclass
 from datetime import datetime
 from functools import partial
 from typing import Any
 
 from django.db import transaction
-from django.db.models import F
 
 from bsft_saga import clock
 from bsft_saga.conf import saga_settings
+from bsft_saga.delivery import batch, requeue
+from bsft_saga.delivery.batch import Outcome
+from bsft_saga.delivery.channel import Channel
+from bsft_saga.delivery.requeue import RequeueResult
 from bsft_saga.events import codec
 from bsft_saga.events.envelope import Envelope
 from bsft_saga.events.registry import event_class
-from bsft_saga.events.sending import send_envelope
-from bsft_saga.exceptions import failure_reason
 from bsft_saga.models import SagaOutboxMessage
 from bsft_saga.querysets import SagaOutboxQuerySet
 from bsft_saga.signals import deferred_event_committed
@@ -36,7 +39,7 @@ logger = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class DeliveryReport:
-    """What one delivery pass did with outbox rows."""
+    """What one delivery pass did with outbox rows (``failed``: waiting for a retry)."""
 
     delivered: int = 0
     failed: int = 0
@@ -45,6 +48,47 @@ class DeliveryReport:
 
     def __add__(self, other: DeliveryReport) -> DeliveryReport:
         return DeliveryReport(*map(operator.add, astuple(self), astuple(other)))
+
+
+class OutboxChannel(Channel[SagaOutboxMessage]):
+    """Outbox rows: open until delivered or dead-lettered.
+
+    ``known`` maps message ids to envelopes still in memory (the transaction that staged
+    them just committed), which are published as they are instead of decoded from the row.
+    """
+
+    model = SagaOutboxMessage
+    noun = "outbox message"
+    dead_lettered_counter = "outbox.dead_lettered"
+    related = ("saga",)
+
+    def __init__(self, known: Mapping[uuid.UUID, Envelope] | None = None) -> None:
+        self.known = known or {}
+
+    def all_rows(self) -> SagaOutboxQuerySet:
+        return SagaOutboxMessage.objects.all()
+
+    def claimable(self, now: datetime) -> SagaOutboxQuerySet:
+        return SagaOutboxMessage.objects.claimable(now)
+
+    def open_rows(self) -> SagaOutboxQuerySet:
+        return SagaOutboxMessage.objects.undelivered()
+
+    def delivered(self, now: datetime) -> dict[str, Any]:
+        return {"delivered_at": now}
+
+    def envelope(self, row: SagaOutboxMessage, token: uuid.UUID) -> Envelope:
+        return self.known.get(row.pk) or envelope_of(row)
+
+    def saga_type(self, row: SagaOutboxMessage) -> str:
+        return row.saga.saga_type if row.saga is not None else ""
+
+    def describe(self, row: SagaOutboxMessage) -> str:
+        owner = f" of saga {row.saga.saga_type}[{row.saga.correlation_key}]" if row.saga else ""
+        return f"outbox message {row.event_type!r} (id {row.pk}){owner}"
+
+
+OUTBOX = OutboxChannel()
 
 
 def new_row(
@@ -66,77 +110,88 @@ def new_row(
 def deliver_after_commit(envelopes: list[Envelope]) -> None:
     """Deliver the rows of ``envelopes`` once the current transaction commits.
 
-    The envelopes are published from memory; the rows are only claimed and stamped.
+    The envelopes are published from memory; the rows are only claimed and stamped. A
+    delivery that fails is the drain's to retry: it never raises into the code whose
+    transaction just committed.
     """
     if envelopes:
-        transaction.on_commit(partial(_deliver_staged, envelopes))
+        transaction.on_commit(partial(_deliver_staged, envelopes), robust=True)
 
 
 def stage_deferred(envelope: Envelope, payload: dict[str, Any]) -> None:
     """Write ``envelope`` to the outbox and hand it to a worker after commit."""
     new_row(envelope, payload).save(force_insert=True)
     transaction.on_commit(
-        partial(deferred_event_committed.send, sender=None, message_id=envelope.message_id)
+        partial(deferred_event_committed.send, sender=None, message_id=envelope.message_id),
+        robust=True,
     )
 
 
-def deliver(message_ids: Iterable[uuid.UUID], *, now: datetime | None = None) -> DeliveryReport:
-    """Claim and publish each row; one failing row never stops the others."""
-    report = DeliveryReport()
-    for message_id in message_ids:
-        report += _deliver_one(message_id, now or clock.now())
-    return report
+def deliver(
+    message_ids: Iterable[uuid.UUID],
+    *,
+    now: datetime | None = None,
+    known: Mapping[uuid.UUID, Envelope] | None = None,
+) -> DeliveryReport:
+    """Claim and publish these rows in one batch; one failing row never stops the others.
 
-
-def _deliver_staged(envelopes: list[Envelope]) -> None:
-    now = clock.now()
-    for envelope in envelopes:
-        _deliver_one(envelope.message_id, now, envelope=envelope)
+    A row that is delivered, dead-lettered, held by another deliverer or waiting for its
+    retry back-off is left alone (``unclaimed``).
+    """
+    ids = list(message_ids)
+    return _deliver_claimed(OutboxChannel(known), limit=len(ids), only=ids, now=now)
 
 
 def deliver_pending(
     *, batch_size: int | None = None, now: datetime | None = None
 ) -> DeliveryReport:
-    """Deliver outbox rows nobody holds: those whose after-commit delivery was lost."""
-    moment = now or clock.now()
+    """Deliver a batch of outbox rows nobody holds: lost or failed earlier deliveries."""
     limit = batch_size or saga_settings.timeouts.batch_size
-    ids = list(SagaOutboxMessage.objects.deliverable(moment).values_list("id", flat=True)[:limit])
-    return deliver(ids, now=moment)
+    return _deliver_claimed(OUTBOX, limit=limit, only=None, now=now)
 
 
-def _deliver_one(
-    message_id: uuid.UUID, now: datetime, *, envelope: Envelope | None = None
+def _deliver_claimed(
+    channel: OutboxChannel,
+    *,
+    limit: int,
+    only: list[uuid.UUID] | None,
+    now: datetime | None,
 ) -> DeliveryReport:
-    """Claim one row, publish it (``envelope``, or rebuilt from the row), stamp it."""
+    """Claim up to ``limit`` rows (``only``: among these), deliver them as one batch."""
+    if not limit:
+        return DeliveryReport()
+    config = saga_settings.timeouts
     token = uuid.uuid4()
-    claimed = (
-        SagaOutboxMessage.objects.deliverable(now)
-        .filter(pk=message_id)
-        .update(claim_token=token, claimed_until=now + saga_settings.timeouts.claim_lease)
+    moment = now or clock.now()
+    rows = batch.claim(
+        channel, limit=limit, token=token, now=moment, lease=config.claim_lease, only=only
     )
-    if not claimed:
-        return DeliveryReport(unclaimed=1)
-    mine = SagaOutboxMessage.objects.filter(pk=message_id, claim_token=token)
+    skipped = len(only) - len(rows) if only is not None else 0
+    if not rows:
+        return DeliveryReport(unclaimed=skipped)
+    with transaction.atomic():
+        delivered = batch.deliver(channel, rows, token, config)
+    batch.count_outcomes(channel, delivered)
+    return DeliveryReport(
+        delivered=delivered.count(Outcome.DELIVERED),
+        failed=delivered.count(Outcome.FAILED),
+        dead_lettered=delivered.count(Outcome.DEAD_LETTERED),
+        unclaimed=skipped + delivered.count(Outcome.UNCLAIMED),
+    )
+
+
+def _deliver_staged(envelopes: list[Envelope]) -> None:
     try:
-        send_envelope(envelope or envelope_of(SagaOutboxMessage.objects.get(pk=message_id)))
-    except Exception as exc:
-        logger.exception("bsft_saga: delivering outbox message %s failed", message_id)
-        return _record_failure(mine, exc)
-    mine.update(delivered_at=clock.now())
-    return DeliveryReport(delivered=1)
+        deliver([e.message_id for e in envelopes], known={e.message_id: e for e in envelopes})
+    except Exception:
+        # The transaction that staged them has committed: the rows wait for the drain.
+        logger.exception("bsft_saga: delivering %d staged event(s) failed", len(envelopes))
 
 
-def _record_failure(mine: SagaOutboxQuerySet, exc: Exception) -> DeliveryReport:
-    """Count an attempt and release the claim; dead-letter at ``MAX_DISPATCH_ATTEMPTS``."""
-    attempts = mine.values_list("attempts", flat=True).first()
-    if attempts is None:
-        return DeliveryReport(unclaimed=1)  # our claim was taken over meanwhile
-    release = {"last_error": failure_reason(exc), "claim_token": None, "claimed_until": None}
-    if attempts + 1 >= saga_settings.timeouts.max_dispatch_attempts:
-        mine.update(attempts=attempts + 1, dead_lettered_at=clock.now(), **release)
-        return DeliveryReport(dead_lettered=1)
-    mine.update(attempts=F("attempts") + 1, **release)
-    return DeliveryReport(failed=1)
+def requeue_dead_lettered(ids: Iterable[uuid.UUID] | None = None) -> RequeueResult:
+    """Make dead-lettered outbox rows deliverable again (``None``: all of them); the next
+    pass delivers them. See ``bsft_saga.delivery.requeue``."""
+    return requeue.requeue_dead_lettered(OUTBOX, None if ids is None else list(ids))
 
 
 def envelope_of(row: SagaOutboxMessage) -> Envelope:

@@ -1,20 +1,107 @@
-"""Query vocabulary for saga rows. Nothing here writes."""
+"""Query vocabulary for saga rows. Nothing here writes.
+
+Timers and outbox messages are delivered by one machinery (``bsft_saga.delivery``), so they
+share one lifecycle, defined here once, in SQL (the queryset methods) and in Python
+(:func:`timer_status` / :func:`outbox_status`, behind ``row.status()``)::
+
+    open ──┬── waiting ─── (due_at, created_at) not reached yet; timers only
+           ├── ready ───── a pass may claim it now
+           ├── retrying ── an attempt failed; not tried again before next_attempt_at
+           └── claimed ─── a pass holds it (claim_token, lease until claimed_until)
+    retired ─ fired | missed | canceled | dead_lettered     (timers: outcome, dispatched_at)
+              delivered | dead_lettered                      (outbox: delivered_at, ...)
+
+An open row's status depends on the time: a lease runs out, a back-off ends. A timer is open
+while ``dispatched_at`` is null, an outbox message while neither ``delivered_at`` nor
+``dead_lettered_at`` is set.
+"""
 
 from __future__ import annotations
 
 from datetime import datetime
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
 from django.db import models
-from django.db.models import Q
+from django.db.models import Min, Q
+from django.db.models.functions import Coalesce
 
 if TYPE_CHECKING:
     # Named in the string type arguments of the QuerySet bases below.
     from bsft_saga.models import SagaInstance, SagaOutboxMessage, SagaTimeout  # noqa: F401
 
+M = TypeVar("M", bound=models.Model)
+Q_ = TypeVar("Q_", bound="DeliveryQuerySet[Any]")
 
-def _claim_free(now: datetime) -> Q:
-    return Q(claimed_until__isnull=True) | Q(claimed_until__lt=now)
+
+class DeliveryStatus(models.TextChoices):
+    """Where a timer or an outbox message is in its lifecycle (see the module docstring)."""
+
+    WAITING = "waiting", "waiting"
+    READY = "ready", "ready"
+    RETRYING = "retrying", "waiting for a retry"
+    CLAIMED = "claimed", "claimed"
+    FIRED = "fired", "fired"
+    MISSED = "missed", "missed"
+    CANCELED = "canceled", "canceled"
+    DELIVERED = "delivered", "delivered"
+    DEAD_LETTERED = "dead_lettered", "dead-lettered"
+
+
+OPEN_STATUSES = (
+    DeliveryStatus.WAITING,
+    DeliveryStatus.READY,
+    DeliveryStatus.RETRYING,
+    DeliveryStatus.CLAIMED,
+)
+
+
+def _claimed(now: datetime) -> Q:
+    return Q(claimed_until__gte=now)
+
+
+def _retrying(now: datetime) -> Q:
+    return Q(next_attempt_at__gt=now)
+
+
+class DeliveryQuerySet(models.QuerySet[M]):
+    """What timers and outbox messages have in common: open rows, claims, retries."""
+
+    #: The column an open row becomes ready at when it has never failed.
+    ready_field: ClassVar[str]
+
+    def open(self: Q_) -> Q_:
+        raise NotImplementedError
+
+    def _ready_at(self) -> Coalesce:
+        # The expression of the partial "ready" indexes: keep the two spelled the same.
+        return Coalesce("next_attempt_at", self.ready_field)
+
+    def in_ready_order(self: Q_) -> Q_:
+        """Oldest ready time first, then id (the order passes claim in)."""
+        return self.alias(ready_at=self._ready_at()).order_by("ready_at", "pk")
+
+    def first_ready_at(self) -> datetime | None:
+        """When the first open row becomes ready (due, or past its back-off); None: none."""
+        first: datetime | None = self.open().aggregate(first=Min(self._ready_at()))["first"]
+        return first
+
+    def claimable(self: Q_, now: datetime) -> Q_:
+        """Open rows a pass may claim at ``now``: ready, past any back-off, held by nobody."""
+        return (
+            self.open().in_ready_order().filter(ready_at__lte=now).exclude(claimed_until__gte=now)
+        )
+
+    def retrying(self: Q_, now: datetime) -> Q_:
+        """Open rows waiting out the back-off after a failed attempt."""
+        return self.open().filter(_retrying(now)).exclude(_claimed(now))
+
+    def claimed(self: Q_, now: datetime) -> Q_:
+        """Open rows a pass holds right now (its lease has not run out)."""
+        return self.open().filter(_claimed(now))
+
+    def dead_lettered(self: Q_) -> Q_:
+        """Rows given up after ``MAX_DISPATCH_ATTEMPTS`` failed attempts."""
+        return self.filter(dead_lettered_at__isnull=False)
 
 
 class SagaInstanceQuerySet(models.QuerySet["SagaInstance"]):
@@ -29,39 +116,112 @@ class SagaInstanceQuerySet(models.QuerySet["SagaInstance"]):
         return self.active().filter(updated_at__lt=since)
 
 
-class SagaTimeoutQuerySet(models.QuerySet["SagaTimeout"]):
+class SagaTimeoutQuerySet(DeliveryQuerySet["SagaTimeout"]):
+    ready_field = "due_at"
+
+    def open(self) -> SagaTimeoutQuerySet:
+        return self.pending()
+
     def pending(self) -> SagaTimeoutQuerySet:
+        """Timers that have not left the pending set (``dispatched_at`` is null)."""
         return self.filter(dispatched_at__isnull=True)
 
     def due(self, now: datetime) -> SagaTimeoutQuerySet:
-        """Pending rows due at ``now`` that no live claim holds, oldest first."""
-        return (
-            self.pending().filter(due_at__lte=now).filter(_claim_free(now)).order_by("due_at", "id")
-        )
+        """Pending timers whose ``due_at`` has come, whatever holds them back (a claim, a
+        retry back-off): the ones that are late once ``now`` passes."""
+        return self.pending().filter(due_at__lte=now)
 
-    def unconfirmed(self, now: datetime) -> SagaTimeoutQuerySet:
-        """Fired rows whose dispatcher never confirmed that every receiver had the event.
-
-        The woken step of the timer's own saga stamps it fired in its commit; the
-        dispatcher confirms by ending the claim's lease once all receivers ran. A lease
-        that ran out unconfirmed means the event must be published again.
-        """
-        return self.filter(outcome="fired", claimed_until__lte=now).order_by("claimed_until", "id")
-
-    def dead_lettered(self) -> SagaTimeoutQuerySet:
-        return self.filter(dead_lettered_at__isnull=False)
+    def waiting(self, now: datetime) -> SagaTimeoutQuerySet:
+        """Pending timers that are not due yet."""
+        return self.pending().filter(due_at__gt=now).exclude(_claimed(now)).exclude(_retrying(now))
 
     def retired_before(self, cutoff: datetime) -> SagaTimeoutQuerySet:
         """Rows that left the pending set (any outcome) before ``cutoff``."""
         return self.filter(dispatched_at__lt=cutoff)
 
+    def in_status(self, status: DeliveryStatus, now: datetime) -> SagaTimeoutQuerySet:
+        """The timers in ``status`` at ``now`` (the SQL twin of :func:`timer_status`)."""
+        if status == DeliveryStatus.WAITING:
+            return self.waiting(now)
+        if status == DeliveryStatus.READY:
+            return self.claimable(now)
+        if status == DeliveryStatus.RETRYING:
+            return self.retrying(now)
+        if status == DeliveryStatus.CLAIMED:
+            return self.claimed(now)
+        if status == DeliveryStatus.DELIVERED:
+            return self.none()  # a timer that published its event is "fired"
+        return self.filter(outcome=status.value)
 
-class SagaOutboxQuerySet(models.QuerySet["SagaOutboxMessage"]):
-    def pending(self) -> SagaOutboxQuerySet:
+
+class SagaOutboxQuerySet(DeliveryQuerySet["SagaOutboxMessage"]):
+    ready_field = "created_at"
+
+    def open(self) -> SagaOutboxQuerySet:
+        return self.undelivered()
+
+    def undelivered(self) -> SagaOutboxQuerySet:
+        """Rows still to be delivered: neither delivered nor dead-lettered."""
         return self.filter(delivered_at__isnull=True, dead_lettered_at__isnull=True)
 
-    def deliverable(self, now: datetime) -> SagaOutboxQuerySet:
-        return self.pending().filter(_claim_free(now)).order_by("created_at", "id")
+    def pending(self) -> SagaOutboxQuerySet:
+        """The same as :meth:`undelivered` (kept for the name the admin and tests use)."""
+        return self.undelivered()
 
-    def dead_lettered(self) -> SagaOutboxQuerySet:
-        return self.filter(dead_lettered_at__isnull=False)
+    def delivered(self) -> SagaOutboxQuerySet:
+        return self.filter(delivered_at__isnull=False)
+
+    def in_status(self, status: DeliveryStatus, now: datetime) -> SagaOutboxQuerySet:
+        """The outbox rows in ``status`` at ``now`` (the SQL twin of :func:`outbox_status`)."""
+        if status == DeliveryStatus.READY:
+            return self.claimable(now)
+        if status == DeliveryStatus.RETRYING:
+            return self.retrying(now)
+        if status == DeliveryStatus.CLAIMED:
+            return self.claimed(now)
+        if status == DeliveryStatus.DELIVERED:
+            return self.delivered()
+        if status == DeliveryStatus.DEAD_LETTERED:
+            return self.dead_lettered()
+        return self.none()
+
+
+def _open_status(row: Any, ready_from: datetime, now: datetime) -> DeliveryStatus:
+    if row.claimed_until is not None and row.claimed_until >= now:
+        return DeliveryStatus.CLAIMED
+    if row.next_attempt_at is not None:
+        return DeliveryStatus.RETRYING if row.next_attempt_at > now else DeliveryStatus.READY
+    return DeliveryStatus.READY if ready_from <= now else DeliveryStatus.WAITING
+
+
+def timer_status(row: SagaTimeout, now: datetime) -> DeliveryStatus:
+    """The status of one timer at ``now`` (the Python twin of ``in_status``)."""
+    if row.outcome:
+        return DeliveryStatus(row.outcome)
+    return _open_status(row, row.due_at, now)
+
+
+def outbox_status(row: SagaOutboxMessage, now: datetime) -> DeliveryStatus:
+    """The status of one outbox message at ``now`` (the Python twin of ``in_status``)."""
+    if row.dead_lettered_at is not None:
+        return DeliveryStatus.DEAD_LETTERED
+    if row.delivered_at is not None:
+        return DeliveryStatus.DELIVERED
+    return _open_status(row, row.created_at, now)
+
+
+#: The statuses each table's rows can be in, in lifecycle order (admin filters list these).
+TIMER_STATUSES = (
+    *OPEN_STATUSES,
+    DeliveryStatus.FIRED,
+    DeliveryStatus.MISSED,
+    DeliveryStatus.CANCELED,
+    DeliveryStatus.DEAD_LETTERED,
+)
+OUTBOX_STATUSES = (
+    DeliveryStatus.READY,
+    DeliveryStatus.RETRYING,
+    DeliveryStatus.CLAIMED,
+    DeliveryStatus.DELIVERED,
+    DeliveryStatus.DEAD_LETTERED,
+)

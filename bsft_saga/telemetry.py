@@ -14,10 +14,14 @@ instrument                                kind       counts / measures
 ``bsft.saga.timeout.canceled``            counter    pending timers cancelled
 ``bsft.saga.timeout.missed``              counter    timers skipped by the catch-up policy
 ``bsft.saga.timeout.dead_lettered``       counter    timers given up after repeated failures
+``bsft.saga.outbox.dead_lettered``        counter    deferred/staged events given up likewise
+``bsft.saga.event.ignored``               counter    events a flow knows but no instance took
 ``bsft.saga.step.duration``               histogram  wall time of one step, in seconds
 ========================================  =========  ============================================
 
-Every measurement carries the attribute ``saga.type``. Spans: ``saga.step`` (attributes
+Every measurement carries the attribute ``saga.type`` (``""`` for an outbox row of no
+saga); ``bsft.saga.event.ignored`` also carries ``reason``: ``no_instance``,
+``not_awaited`` or ``duplicate``. Spans: ``saga.step`` (attributes
 ``saga.type``, ``saga.step.index``, ``saga.event.type``) and ``saga.timeout`` (``saga.type``,
 ``saga.timeout.name``); both add ``saga.correlation_id`` when an ambient correlation id is set.
 
@@ -51,6 +55,7 @@ __all__ = [
     "STEP_DURATION",
     "TRACER_NAME",
     "count",
+    "count_ignored",
     "step_span",
     "timeout_span",
 ]
@@ -69,6 +74,8 @@ COUNTERS: Final[Mapping[str, str]] = MappingProxyType(
         "timeout.canceled": "Pending timers cancelled by a step, the end of a wait, or completion.",
         "timeout.missed": "Due timers skipped by the catch-up policy.",
         "timeout.dead_lettered": "Timers given up after MAX_DISPATCH_ATTEMPTS failed dispatches.",
+        "outbox.dead_lettered": "Outbox rows given up after MAX_DISPATCH_ATTEMPTS deliveries.",
+        "event.ignored": "Events a flow awaits somewhere that no instance took, by reason.",
     }
 )
 #: Full name of the step duration histogram.
@@ -79,6 +86,10 @@ ATTR_STEP_INDEX: Final = "saga.step.index"
 ATTR_EVENT_TYPE: Final = "saga.event.type"
 ATTR_TIMEOUT_NAME: Final = "saga.timeout.name"
 ATTR_CORRELATION_ID: Final = "saga.correlation_id"
+ATTR_REASON: Final = "reason"
+
+#: The ``reason`` values of ``bsft.saga.event.ignored``.
+IGNORED_REASONS: Final = ("no_instance", "not_awaited", "duplicate")
 
 
 @cache
@@ -124,6 +135,18 @@ def count(instrument: str, saga_type: str, amount: int = 1) -> None:
         raise ValueError(f"A counter only goes up; got amount={amount} for {instrument!r}.")
     if amount:
         counter.add(amount, {ATTR_SAGA_TYPE: saga_type})
+
+
+def count_ignored(saga_type: str, reason: str) -> None:
+    """Count one event that ``saga_type`` knows but none of its instances took.
+
+    ``reason``: ``"no_instance"`` (nothing to advance and not a start event),
+    ``"not_awaited"`` (the current step awaits something else) or ``"duplicate"`` (the
+    instance already handled that message id).
+    """
+    if reason not in IGNORED_REASONS:
+        raise ValueError(f"Unknown reason {reason!r}; expected one of {IGNORED_REASONS}.")
+    _counter("event.ignored").add(1, {ATTR_SAGA_TYPE: saga_type, ATTR_REASON: reason})
 
 
 def _span_attributes(attributes: dict[str, str | int]) -> Attributes:

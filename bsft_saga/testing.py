@@ -76,7 +76,11 @@ class SagaHarness:
         return envelope
 
     def drain_timeouts(self) -> int:
-        """Run dispatch passes until nothing is due; return how many timers stopped being due."""
+        """Run dispatch passes until nothing is due; return how many timers stopped being due.
+
+        A timer whose receivers fail waits for its retry back-off like in production: it is
+        tried again once ``advance_time`` has moved the clock past its ``next_attempt_at``.
+        """
         settled = 0
         while True:
             report = drain_pass()
@@ -87,8 +91,9 @@ class SagaHarness:
     def advance_time(self, delta: timedelta) -> int:
         """Move the clock by ``delta``, firing each timer at its own due time, in order.
 
-        Returns how many timers stopped being due (fired, missed, dead-lettered, or
-        cancelled by a step woken on the way).
+        Retries happen on the way too: a timer that fails is fired again at its
+        ``next_attempt_at`` if that falls inside ``delta``. Returns how many timers stopped
+        being due (fired, missed, dead-lettered, or cancelled by a step woken on the way).
         """
         if self._frozen is None:
             raise RuntimeError("SagaHarness is not started: use it as a context manager")
@@ -97,23 +102,22 @@ class SagaHarness:
         target = clock.now() + delta
         settled = self.drain_timeouts()
         while True:
-            next_due = (
-                SagaTimeout.objects.pending()
-                .filter(due_at__lte=target)
-                .order_by("due_at")
-                .values_list("due_at", flat=True)
-                .first()
-            )
-            if next_due is None:
+            next_ready = self._next_ready(target)
+            if next_ready is None:
                 break
-            if next_due > clock.now():
-                self._frozen.move_to(next_due)
-            progressed = self.drain_timeouts()
-            settled += progressed
-            if not progressed:
-                break  # what is left is failing and will be retried on the next drain
+            if next_ready > clock.now():
+                self._frozen.move_to(next_ready)
+            report = drain_pass()
+            settled += report.timers.settled + self.drain_timeouts()
+            if next_ready <= clock.now() and not (report.found_work or report.timers.failed):
+                break  # held by a live claim elsewhere: nothing this harness can fire
         self._frozen.move_to(target)
         return settled + self.drain_timeouts()
+
+    def _next_ready(self, until: datetime) -> datetime | None:
+        """When the next pending timer becomes ready (due, or past its back-off)."""
+        ready = SagaTimeout.objects.first_ready_at()
+        return ready if ready is not None and ready <= until else None
 
     def _deliver_outbox(self) -> None:
         while deliver_pending().delivered:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import Any
 
 import pytest
@@ -9,7 +10,9 @@ from django.contrib.auth.models import Permission, User
 from django.contrib.messages import get_messages
 from django.test import Client
 from django.urls import reverse
+from django.utils import formats, timezone
 
+from bsft_saga import clock
 from bsft_saga.models import SagaAuditRecord, SagaInstance, SagaTimeout
 from tests.testapp.ops_flows import make_saga, make_timeout
 
@@ -139,10 +142,13 @@ def _listed(client: Client, model: str, query: str) -> set[Any]:
     return set(page.context["cl"].result_list)
 
 
-def test_timeouts_filter_by_outcome_including_pending(viewer: Client, rows: dict[str, Any]) -> None:
-    assert _listed(viewer, "sagatimeout", "?outcome=dead_lettered") == {rows["dead"]}
-    assert _listed(viewer, "sagatimeout", "?outcome=pending") == {rows["pending"]}
-    assert _listed(viewer, "sagatimeout", "?outcome=due") == {rows["pending"]}
+def test_timeouts_filter_by_delivery_status(viewer: Client, rows: dict[str, Any]) -> None:
+    later = make_timeout(rows["saga"], "later", due_at=clock.now() + timedelta(days=1))
+
+    assert _listed(viewer, "sagatimeout", "?status=dead_lettered") == {rows["dead"]}
+    assert _listed(viewer, "sagatimeout", "?status=ready") == {rows["pending"]}
+    assert _listed(viewer, "sagatimeout", "?status=waiting") == {later}
+    assert _listed(viewer, "sagatimeout", "?status=fired") == {rows["fired"]}
 
 
 def test_timeouts_search_by_correlation_key_and_name(viewer: Client, rows: dict[str, Any]) -> None:
@@ -278,13 +284,26 @@ def test_many_refusals_are_summarised(admin_client_: Client) -> None:
     assert messages[-1] == ("warning", "... and 3 more.")
 
 
-def test_a_fired_timer_awaiting_confirmation_shows_as_unconfirmed(viewer: Client) -> None:
-    from bsft_saga import clock
+def test_a_timer_waiting_for_its_retry_shows_when_it_is_tried_again(viewer: Client) -> None:
+    retry_at = clock.now() + timedelta(seconds=40)
+    row = make_timeout(make_saga("admin-retrying"), "nudge")
+    SagaTimeout.objects.filter(pk=row.pk).update(attempts=3, next_attempt_at=retry_at)
 
-    saga = make_saga("admin-unconfirmed")
-    row = make_timeout(saga, "nudge", outcome="fired")
-    SagaTimeout.objects.filter(pk=row.pk).update(claimed_until=clock.now())
+    listed = viewer.get(_url("sagatimeout", "changelist") + "?status=retrying")
+    page = viewer.get(_url("sagatimeout", "change", row.pk))
 
-    page = viewer.get(_url("sagatimeout", "changelist"))
+    assert [r.pk for r in listed.context["cl"].result_list] == [row.pk]
+    assert "waiting for a retry" in listed.content.decode()
+    assert _readonly_value(page, "next_attempt_at") == formats.localize(
+        timezone.template_localtime(retry_at)
+    )
 
-    assert "fired (unconfirmed)" in page.content.decode()
+
+def _readonly_value(page: Any, field_name: str) -> str:
+    """What a read-only change page shows for ``field_name``."""
+    for fieldset in page.context["adminform"]:
+        for line in fieldset:
+            for field in line:
+                if field.field["name"] == field_name:
+                    return str(field.contents())
+    raise AssertionError(f"{field_name} is not on the page")

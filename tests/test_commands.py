@@ -125,13 +125,30 @@ def test_drain_until_empty_repeats_passes_until_one_finds_nothing() -> None:
 
 @pytest.mark.django_db
 @pytest.mark.usefixtures("max_attempts_2")
-def test_drain_until_empty_retries_a_failing_row_until_it_is_dead_lettered() -> None:
+def test_drain_until_empty_does_not_spin_on_a_row_that_waits_for_its_retry() -> None:
+    start_reminders("poison", "fine")
+    SagaTimeout.objects.filter(saga__correlation_key="poison").update(
+        event_type="tests.ops.renamed-away"
+    )
+
+    out, _err = run("drain_saga_timeouts", "--until-empty")
+
+    assert last_line(out) == TOTALS.format(1, 0, 1, 0, 0)
+    poison = SagaTimeout.objects.get(saga__correlation_key="poison")
+    assert (poison.is_pending, poison.attempts) == (True, 1)
+    assert poison.next_attempt_at is not None
+    assert poison.next_attempt_at > clock.now()
+
+
+@pytest.mark.django_db
+def test_drain_warns_about_the_timers_it_dead_lettered() -> None:
     start_reminders("poison")
     SagaTimeout.objects.update(event_type="tests.ops.renamed-away")
 
-    out, err = run("drain_saga_timeouts", "--until-empty")
+    with override_settings(BSFT_SAGA={"TIMEOUTS": {"MAX_DISPATCH_ATTEMPTS": 1}}):
+        out, err = run("drain_saga_timeouts", "--until-empty")
 
-    assert last_line(out) == TOTALS.format(0, 0, 1, 1, 0)
+    assert last_line(out) == TOTALS.format(0, 0, 0, 1, 0)
     assert "1 timer(s) were dead-lettered" in err
     assert SagaTimeout.objects.get().outcome == TimeoutOutcome.DEAD_LETTERED
 
@@ -357,18 +374,30 @@ def test_requeue_all_dead_lettered() -> None:
 
 
 @pytest.mark.django_db
-def test_requeue_prints_each_refusal_with_its_reason_and_exits_normally() -> None:
+def test_requeue_names_each_refusal_requeues_the_others_and_then_fails() -> None:
     saga = make_saga("twin")
     dead = make_timeout(saga, outcome="dead_lettered")
     pending = make_timeout(saga)
+    fine = make_timeout(make_saga("fine"), outcome="dead_lettered")
+    out, err = StringIO(), StringIO()
 
-    out, err = run("requeue_saga_timeouts", "--id", str(dead.pk), "424242")
+    with pytest.raises(CommandError, match=rf"2 timer\(s\) not requeued: {dead.pk}, 424242"):
+        call_command(
+            "requeue_saga_timeouts",
+            "--id",
+            str(dead.pk),
+            "424242",
+            str(fine.pk),
+            stdout=out,
+            stderr=err,
+        )
 
-    assert out == "Requeued 0 dead-lettered timer(s); refused 2.\n"
-    refusals = err.splitlines()
+    assert out.getvalue() == "Requeued 1 dead-lettered timer(s).\n"
+    refusals = err.getvalue().splitlines()
     assert refusals[0].startswith(f"refused {dead.pk}: timer 'remind' (id {dead.pk}) of saga ")
     assert f"pending timer 'remind' (id {pending.pk})" in refusals[0]
-    assert refusals[1] == "refused 424242: timeout 424242 does not exist"
+    assert refusals[1] == "refused 424242: timer 424242 does not exist"
+    assert SagaTimeout.objects.get(pk=fine.pk).is_pending
 
 
 @pytest.mark.parametrize(

@@ -19,6 +19,8 @@ DOCUMENTED_DEFAULTS = {
         "CATCH_UP_POLICY": "fire_all",
         "MAX_CATCH_UP_AGE": timedelta(days=1),
         "MAX_DISPATCH_ATTEMPTS": 10,
+        "RETRY_BACKOFF": 5,
+        "MAX_RETRY_DELAY": 3600,
         "CLAIM_LEASE": timedelta(minutes=5),
     },
     "ENGINE": {
@@ -45,6 +47,8 @@ def test_missing_keys_take_their_defaults() -> None:
         assert timeouts.catch_up_policy == "fire_all"
         assert timeouts.max_catch_up_age == timedelta(days=1)
         assert timeouts.max_dispatch_attempts == 10
+        assert timeouts.retry_backoff == timedelta(seconds=5)
+        assert timeouts.max_retry_delay == timedelta(hours=1)
         assert timeouts.claim_lease == timedelta(minutes=5)
         assert saga_settings.max_conflict_retries == 100
         assert saga_settings.calendars == {}

@@ -17,7 +17,6 @@ from django.db import transaction
 from freezegun import freeze_time
 
 from bsft_saga import Envelope, SagaFlow, publish
-from bsft_saga.conf import saga_settings
 from bsft_saga.events import codec
 from bsft_saga.models import (
     SagaInboxEntry,
@@ -479,7 +478,7 @@ def test_a_receiver_that_failed_on_a_timer_event_that_woke_its_saga_gets_it_agai
 
 
 @pytest.mark.slow
-def test_receivers_get_a_timer_event_after_the_dispatcher_died_once_its_saga_woke(
+def test_a_dispatcher_that_died_after_its_saga_woke_leaves_nothing_and_the_timer_fires_again(
     subprocess_env: dict[str, str], python: str
 ) -> None:
     real_now = datetime.now(UTC)
@@ -496,10 +495,18 @@ def test_receivers_get_a_timer_event_after_the_dispatcher_died_once_its_saga_wok
     _, stderr = child.communicate(timeout=120)
     assert child.returncode == -signal.SIGKILL, stderr
     saga = instance(ReminderFlow, "r-crash")
-    assert saga.is_complete  # the saga's step committed before the process died
-    assert SagaTimeout.objects.get(saga=saga).outcome == TimeoutOutcome.FIRED
+    timer = SagaTimeout.objects.get(saga=saga)
+    # The woken step ran inside the batch's transaction, which never committed.
+    assert (saga.is_complete, saga.step_index) == (False, 1)
+    assert timer.is_pending
+    assert timer.claimed_until is not None  # the dead dispatcher's claim, until its lease ends
 
-    after_lease = real_now + saga_settings.timeouts.claim_lease + timedelta(seconds=1)
-    with receiving(ReminderDue) as received, freeze_time(after_lease):
-        drain_due()
+    # Measured from the claim the child wrote, so its start-up time does not matter.
+    with (
+        receiving(ReminderDue) as received,
+        freeze_time(timer.claimed_until + timedelta(seconds=1)),
+    ):
+        assert drain_due().fired == 1
     assert [e.event for e in received] == [ReminderDue("r-crash")]
+    assert instance(ReminderFlow, "r-crash").is_complete
+    assert SagaTimeout.objects.get(saga=saga).outcome == TimeoutOutcome.FIRED

@@ -20,7 +20,8 @@ from bsft_saga import clock, publish
 from bsft_saga.flows.registry import flow_registry
 from bsft_saga.graph import render, render_dot, render_mermaid
 from bsft_saga.models import SagaInstance, SagaTimeout, TimeoutOutcome
-from bsft_saga.timeouts import drain_due, maintenance
+from bsft_saga.timeouts import drain_due
+from bsft_saga.timeouts.channel import TimerChannel
 from bsft_saga.timeouts.maintenance import RequeueResult, purge, requeue_dead_lettered
 from tests.testapp.ops_events import ReminderRequested
 from tests.testapp.ops_flows import (
@@ -104,9 +105,8 @@ def test_requeue_refuses_rows_that_are_not_dead_lettered() -> None:
 
     assert result.requeued == 0
     reasons = dict(result.refused)
-    assert "not dead-lettered" in reasons[fired.pk]
-    assert "'fired'" in reasons[fired.pk]
-    assert "not dead-lettered (pending)" in reasons[pending.pk]
+    assert "not dead-lettered (fired)" in reasons[fired.pk]
+    assert "not dead-lettered (ready)" in reasons[pending.pk]
     assert SagaTimeout.objects.get(pk=fired.pk).outcome == TimeoutOutcome.FIRED
 
 
@@ -114,7 +114,7 @@ def test_requeue_refuses_ids_that_do_not_exist() -> None:
     result = requeue_dead_lettered([987654321])
 
     assert result == RequeueResult(
-        requeued=0, refused=[(987654321, "timeout 987654321 does not exist")]
+        requeued=0, refused=[(987654321, "timer 987654321 does not exist")]
     )
 
 
@@ -156,14 +156,14 @@ def test_requeue_losing_a_race_with_a_schedule_is_a_refusal(monkeypatch: Any) ->
     saga = make_saga("race")
     dead = make_timeout(saga, outcome=DEAD)
     pending = make_timeout(saga)
-    real_check = maintenance._pending_twin
+    real_check = TimerChannel.requeue_refusal
     calls: list[int] = []
 
-    def check_before_the_schedule_landed(row: SagaTimeout) -> str | None:
+    def check_before_the_schedule_landed(channel: TimerChannel, row: SagaTimeout) -> str | None:
         calls.append(row.pk)
-        return None if len(calls) == 1 else real_check(row)
+        return None if len(calls) == 1 else real_check(channel, row)
 
-    monkeypatch.setattr(maintenance, "_pending_twin", check_before_the_schedule_landed)
+    monkeypatch.setattr(TimerChannel, "requeue_refusal", check_before_the_schedule_landed)
 
     result = requeue_dead_lettered([dead.pk])
 
@@ -218,19 +218,6 @@ def test_purge_dry_run_counts_and_deletes_nothing(history: dict[str, SagaTimeout
 def test_purge_never_touches_pending_rows(history: dict[str, SagaTimeout]) -> None:
     purge(timedelta(0), now=clock.now() + timedelta(days=365))
     assert _left() == {"pending"}
-
-
-def test_purge_keeps_a_fired_timer_whose_event_still_owes_receivers(
-    history: dict[str, SagaTimeout],
-) -> None:
-    # Stamped fired by its saga's step, but the dispatcher never confirmed the other
-    # receivers had the event: a later pass must still re-publish it.
-    SagaTimeout.objects.filter(pk=history[TimeoutOutcome.FIRED].pk).update(
-        claimed_until=clock.now()
-    )
-
-    assert purge(timedelta(days=30)) == 3
-    assert _left() == {"old-fired", "recent", "pending"}
 
 
 def test_purge_measures_the_window_from_the_clock(history: dict[str, SagaTimeout]) -> None:

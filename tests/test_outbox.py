@@ -142,8 +142,10 @@ def test_a_failed_after_commit_delivery_does_not_fail_the_publisher_and_is_retri
     assert row.delivered_at is None
     assert row.attempts == 1
     assert "warehouse unreachable" in row.last_error
+    assert row.next_attempt_at is not None
     with receiving(ReserveStock) as received_again:
-        assert deliver_pending().delivered == 1
+        assert deliver_pending().delivered == 0  # not before its retry back-off
+        assert deliver_pending(now=row.next_attempt_at).delivered == 1
     assert [e.message_id for e in received_again] == [row.pk]
 
 
@@ -155,8 +157,9 @@ def test_a_row_that_keeps_failing_is_dead_lettered_at_max_dispatch_attempts() ->
         receiving(ReserveStock, fail=True) as received,
     ):
         assert deliver_pending().failed == 1
-        assert deliver_pending().dead_lettered == 1
-        assert deliver_pending().delivered == 0
+        retry_at = SagaOutboxMessage.objects.get().next_attempt_at
+        assert deliver_pending(now=retry_at).dead_lettered == 1
+        assert deliver_pending(now=retry_at).delivered == 0
     assert len(received) == 2
     row = SagaOutboxMessage.objects.get()
     assert row.dead_lettered_at is not None

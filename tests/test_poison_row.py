@@ -1,23 +1,26 @@
 """One poison row among a thousand due timers (seed 000, "When a timer fails to fire").
 
-A timer whose stored event type no longer resolves fails on every pass. It must not keep
-the other 999 from firing, must be retired to the dead-letter state after exactly
-``MAX_DISPATCH_ATTEMPTS`` passes, and must come back as pending when an operator requeues
+A timer whose stored event type no longer resolves fails on every attempt. It must not keep
+the other 999 from firing, must wait out a doubling back-off between its attempts (a pass
+before then leaves it alone), must be retired to the dead-letter state after exactly
+``MAX_DISPATCH_ATTEMPTS`` attempts, and must come back as pending when an operator requeues
 it. Runs on both backends.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
+from datetime import timedelta
 from typing import Any
 
 import pytest
 from django.conf import settings
 from django.test import override_settings
+from django.utils import timezone
 
 from bsft_saga import publish
 from bsft_saga.models import SagaInstance, SagaTimeout, TimeoutOutcome
-from bsft_saga.timeouts import drain_due
+from bsft_saga.timeouts import DrainReport, drain_due
 from bsft_saga.timeouts.maintenance import requeue_dead_lettered
 from tests.testapp.ops_events import NudgeRequested
 from tests.testapp.ops_flows import NUDGE_SAGA_TYPE, bulk_nudge_sagas
@@ -59,11 +62,20 @@ def test_one_poison_row_neither_blocks_the_batch_nor_survives_three_passes(
     assert fired.count() == SAGAS - 1
     assert (_fresh(poison).attempts, _fresh(poison).dispatched_at) == (1, None)
 
-    second = drain_due()
+    first_retry = _fresh(poison).next_attempt_at
+    assert drain_due() == DrainReport()  # waiting out its back-off: not tried before then
+
+    before = timezone.now()
+    second = drain_due(now=first_retry)
+    after = timezone.now()
     assert (second.fired, second.failed, second.dead_lettered) == (0, 1, 0)
     assert (_fresh(poison).attempts, _fresh(poison).dispatched_at) == (2, None)
+    second_retry = _fresh(poison).next_attempt_at
+    assert second_retry is not None
+    # The second wait doubles RETRY_BACKOFF (5 s), jittered down by at most a fifth.
+    assert before + timedelta(seconds=8) <= second_retry <= after + timedelta(seconds=10)
 
-    third = drain_due()
+    third = drain_due(now=second_retry)
     assert (third.fired, third.failed, third.dead_lettered) == (0, 0, 1)
     retired = _fresh(poison)
     assert retired.outcome == TimeoutOutcome.DEAD_LETTERED
@@ -72,13 +84,15 @@ def test_one_poison_row_neither_blocks_the_batch_nor_survives_three_passes(
     assert retired.attempts == 3
     assert POISON_TYPE in retired.dead_letter_reason
 
-    assert drain_due().settled == 0  # it left the due set for good
+    assert retired.next_attempt_at is None
+    assert drain_due(now=second_retry + timedelta(days=1)).settled == 0  # left for good
 
 
 @pytest.mark.slow
 def test_a_requeued_poison_row_is_pending_again(poison: SagaTimeout) -> None:
-    for _ in range(3):
-        drain_due()
+    drain_due()
+    for _ in range(2):
+        drain_due(now=_fresh(poison).next_attempt_at)
     assert _fresh(poison).outcome == TimeoutOutcome.DEAD_LETTERED
 
     result = requeue_dead_lettered([poison.pk])
@@ -91,7 +105,8 @@ def test_a_requeued_poison_row_is_pending_again(poison: SagaTimeout) -> None:
     assert requeued.dead_lettered_at is None
     assert requeued.dead_letter_reason == ""
     assert POISON_TYPE in requeued.last_error  # kept: why it failed stays visible
-    assert SagaTimeout.objects.due(requeued.due_at).filter(pk=poison.pk).exists()
+    assert requeued.next_attempt_at is None
+    assert SagaTimeout.objects.claimable(requeued.due_at).filter(pk=poison.pk).exists()
 
 
 def test_bulk_nudge_rows_match_what_the_flow_writes(db: Any) -> None:

@@ -72,6 +72,8 @@ def test_the_counters_are_the_documented_ones() -> None:
         "timeout.canceled",
         "timeout.missed",
         "timeout.dead_lettered",
+        "outbox.dead_lettered",
+        "event.ignored",
     }
 
 

@@ -10,21 +10,26 @@ from __future__ import annotations
 import asyncio
 import uuid
 from collections.abc import Iterator
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 import pytest
 from django.core.cache import cache
+from django.db import transaction
+from django.db.models import Max
 from django.test import override_settings
+from django.utils import timezone
 from freezegun.api import FrozenDateTimeFactory
 
-from bsft_saga import Envelope, UnknownEventType, publish
+from bsft_saga import UnknownEventType, publish
+from bsft_saga.conf import saga_settings
 from bsft_saga.correlation import correlation_scope
-from bsft_saga.events.envelope import TimerOrigin
+from bsft_saga.delivery.batch import Outcome, claim, deliver
 from bsft_saga.events.sending import send_envelope
 from bsft_saga.models import SagaInboxEntry, SagaTimeout, TimeoutOutcome
 from bsft_saga.signals import event_published
 from bsft_saga.timeouts import DrainReport, drain_due
+from bsft_saga.timeouts.channel import TIMERS
 from tests import telemetry_fixtures
 from tests.testapp.events import (
     NudgeDue,
@@ -48,6 +53,18 @@ from tests.testapp.timer_flows import (
 from tests.timer_fixtures import T0
 
 pytestmark = pytest.mark.django_db
+
+
+def clock_now() -> datetime:
+    return timezone.now()
+
+
+def after_back_off(clock: FrozenDateTimeFactory) -> DrainReport:
+    """Move the clock to when every timer waiting for a retry is ready again; drain."""
+    waiting = SagaTimeout.objects.retrying(clock_now()).aggregate(last=Max("next_attempt_at"))
+    assert waiting["last"] is not None, "no timer is waiting for a retry"
+    clock.move_to(waiting["last"])
+    return drain_due()
 
 
 def limit_attempts(n: int) -> Any:
@@ -296,30 +313,33 @@ def test_a_receiver_keyed_on_the_message_id_acts_once_on_a_redelivered_timer_eve
     assert follow_up_mailer == ["q-1"]
 
 
-def test_a_timer_event_with_a_stale_claim_token_does_not_advance_its_saga(
-    clock: FrozenDateTimeFactory,
+def test_a_pass_whose_claim_was_taken_over_publishes_nothing(
+    clock: FrozenDateTimeFactory, record: Any
 ) -> None:
+    nudges = record(NudgeDue)
     publish(TaskOpened("t-1", nudge_after_seconds=3600))
     clock.tick(timedelta(hours=1))
-    nudge = reminder(TaskFlow, "t-1", "nudge")
-    stale = Envelope(
-        message_id=nudge.message_id,
-        event=NudgeDue("t-1"),
-        event_type=nudge.event_type,
-        correlation_id=None,
-        causation_id=None,
-        deadline=None,
-        published_at=T0 + timedelta(hours=1),
-        timer=TimerOrigin(
-            timeout_id=nudge.pk, saga_id=nudge.saga_id, name="nudge", claim_token=uuid.uuid4()
-        ),
+    config = saga_settings.timeouts
+    stale, successor = uuid.uuid4(), uuid.uuid4()
+    rows = claim(TIMERS, limit=10, token=stale, now=clock_now(), lease=config.claim_lease)
+    # The stale pass stalls past its lease; another pass claims the row and keeps it.
+    claim(
+        TIMERS,
+        limit=10,
+        token=successor,
+        now=clock_now() + config.claim_lease + timedelta(seconds=1),
+        lease=config.claim_lease,
     )
 
-    send_envelope(stale)
+    with transaction.atomic():
+        delivered = deliver(TIMERS, rows, stale, config)
 
+    assert [outcome for _row, outcome in delivered.outcomes] == [Outcome.UNCLAIMED]
+    assert nudges.envelopes == []
     saga = the_saga(TaskFlow, "t-1")
     assert (saga.step_index, saga.version, saga.state["nudged"]) == (1, 1, 0)
-    assert reminder(TaskFlow, "t-1", "nudge").is_pending
+    nudge = reminder(TaskFlow, "t-1", "nudge")
+    assert (nudge.is_pending, nudge.claim_token) == (True, successor)
 
 
 def test_a_timer_cancelled_before_the_pass_is_not_published(
@@ -412,13 +432,14 @@ def test_a_timer_that_keeps_failing_is_dead_lettered_at_max_dispatch_attempts(
     clock.move_to(T0 + timedelta(days=2))
 
     with limit_attempts(3):
-        reports = [drain_due() for _ in range(3)]
-    retired_at = T0 + timedelta(days=2)
+        reports = [drain_due(), after_back_off(clock), after_back_off(clock)]
+    retired_at = clock_now()
 
     assert [(r.failed, r.dead_lettered) for r in reports] == [(1, 0), (1, 0), (0, 1)]
     row = reminder(QuoteFlow, "q-1", "followup")
     assert row.outcome == TimeoutOutcome.DEAD_LETTERED
     assert (row.dead_lettered_at, row.dispatched_at) == (retired_at, retired_at)
+    assert row.next_attempt_at is None
     assert row.dead_letter_reason == "MailServerDown: smtp timeout"
     assert row.attempts == 3
     assert not SagaTimeout.objects.pending().filter(pk=row.pk).exists()
@@ -461,31 +482,35 @@ def test_a_receiver_failing_after_the_timer_woke_its_own_saga_counts_as_a_failed
     assert (nudge.attempts, nudge.last_error) == (1, "MailServerDown: audit log down")
 
 
-def test_a_receiver_that_failed_after_the_timer_woke_its_saga_gets_the_event_again(
+def test_a_receiver_failing_after_the_timer_woke_its_saga_rolls_the_step_back_with_it(
     clock: FrozenDateTimeFactory, record: Any, action: Any
 ) -> None:
     def every_hour(ctx: Any, e: Any) -> None:
         ctx.schedule_timeout("tick", timedelta(hours=1), ProbePoked(e.probe_id, e.action))
 
-    audit = record(ProbePoked)
+    audit = record(ProbePoked)  # connected after the engine: runs once the step has run
     audit.fail_with = MailServerDown("audit log down")
     audit.fail_if = lambda envelope: len(audit.envelopes) == 1
     publish(ProbeStarted("p-1", action(every_hour)))
     clock.tick(timedelta(hours=1))
 
     first = drain_due()
-    assert timers_of(ProbeFlow, "p-1")[0].is_unconfirmed
-    second = drain_due()
+    # The step ran, then the audit receiver failed: the timer's savepoint undid both.
+    assert (first.failed, first.fired) == (1, 0)
+    assert the_saga(ProbeFlow, "p-1").step_index == 1
+    [tick] = timers_of(ProbeFlow, "p-1")
+    assert (tick.is_pending, tick.attempts) == (True, 1)
+    second = after_back_off(clock)
 
-    # The saga handled the timer once (its inbox drops the repeat); the failing receiver
-    # got the same message again, even though the woken step already re-used the name.
-    assert (first.failed, second.fired) == (1, 1)
+    # Retried: the saga took the timer once, the receiver got the same message again.
+    assert second.fired == 1
     assert [e.message_id for e in audit.envelopes] == [audit.envelopes[0].message_id] * 2
     fired, pending = timers_of(ProbeFlow, "p-1")
     assert (fired.outcome, fired.attempts, fired.claimed_until) == (TimeoutOutcome.FIRED, 1, None)
     assert fired.last_error == "MailServerDown: audit log down"
     assert (pending.name, pending.outcome) == ("tick", None)
-    assert the_saga(ProbeFlow, "p-1").step_index == 2
+    saga = the_saga(ProbeFlow, "p-1")
+    assert (saga.step_index, len(saga.state["actions"])) == (2, 2)  # start, then one tick
 
 
 def test_a_stored_event_type_that_no_longer_resolves_fails_naming_the_type(
@@ -513,7 +538,7 @@ def test_an_unresolvable_timer_is_dead_lettered_with_a_reason_naming_the_type(
 
     with limit_attempts(2):
         drain_due()
-        report = drain_due()
+        report = after_back_off(clock)
 
     assert report.dead_lettered == 1
     row = reminder(QuoteFlow, "q-1", "followup")
@@ -567,23 +592,23 @@ def test_a_broken_row_does_not_stop_the_pass(clock: FrozenDateTimeFactory, recor
     ]
 
 
-def test_poison_rows_at_the_head_of_the_queue_stop_blocking_once_dead_lettered(
+def test_poison_rows_at_the_head_of_the_queue_step_aside_for_their_back_off(
     clock: FrozenDateTimeFactory, record: Any
 ) -> None:
     reminders = record(QuoteFollowUpDue, QuoteCallbackDue)
     send_quotes(clock, "q-1", "q-2")
-    # The two oldest rows can never fire; with BATCH_SIZE 2 every pass reads only them.
+    # The two oldest rows can never fire; with BATCH_SIZE 2 a pass reads only them.
     SagaTimeout.objects.filter(name="followup").update(event_type="tests.renamed-away")
     clock.move_to(T0 + timedelta(days=5))
 
     with override_settings(BSFT_SAGA={"TIMEOUTS": {"BATCH_SIZE": 2, "MAX_DISPATCH_ATTEMPTS": 3}}):
-        reports = [drain_due() for _ in range(4)]
+        reports = [drain_due(), drain_due(), after_back_off(clock), after_back_off(clock)]
 
     assert [(r.failed, r.dead_lettered, r.fired) for r in reports] == [
         (2, 0, 0),
+        (0, 0, 2),  # while the poison waits out its back-off, the rows behind it fire
         (2, 0, 0),
         (0, 2, 0),
-        (0, 0, 2),
     ]
     assert reminders.events == [QuoteCallbackDue("q-1"), QuoteCallbackDue("q-2")]
 

@@ -59,17 +59,12 @@ def _start_counters(n: int = COUNTERS) -> list[str]:
 
 
 def _counters(keys: list[str]) -> dict[str, tuple[Any, ...]]:
-    """Per key: (step_index, version, state, inbox rows, timer outcomes).
-
-    A fired timer whose dispatcher has not confirmed it yet (its lease still set, so a
-    later pass re-publishes it to the other receivers) shows as ``"fired, unconfirmed"``.
-    """
+    """Per key: (step_index, version, state, inbox rows, timer outcomes)."""
     rows = {}
     for key in keys:
         saga = SagaInstance.objects.get(saga_type=CountingFlow.saga_type, correlation_key=key)
         outcomes = sorted(
-            f"{outcome}, unconfirmed" if outcome and lease is not None else str(outcome)
-            for outcome, lease in saga.timeouts.values_list("outcome", "claimed_until")
+            str(outcome) for outcome in saga.timeouts.values_list("outcome", flat=True)
         )
         rows[key] = (
             saga.step_index,
@@ -81,8 +76,8 @@ def _counters(keys: list[str]) -> dict[str, tuple[Any, ...]]:
     return rows
 
 
-def _advanced_once(keys: list[str], *, outcome: str = "fired") -> dict[str, tuple[Any, ...]]:
-    return {key: (2, 2, {"count": 1}, 2, [outcome]) for key in keys}
+def _advanced_once(keys: list[str]) -> dict[str, tuple[Any, ...]]:
+    return {key: (2, 2, {"count": 1}, 2, ["fired"]) for key in keys}
 
 
 def _untouched(keys: list[str]) -> dict[str, tuple[Any, ...]]:
@@ -141,11 +136,11 @@ def test_claims_of_a_killed_dispatcher_are_not_taken_over_before_its_lease_passe
     assert _counters(keys) == _untouched(keys)
 
 
-def test_dispatcher_killed_after_the_woken_step_committed_leaves_the_saga_advanced_once(
+def test_dispatcher_killed_after_the_woken_step_ran_leaves_nothing_and_its_successor_fires_once(
     children: Supervisor, tmp_path: Path
 ) -> None:
     keys = _start_counters()
-    first, *rest = keys
+    first, *_rest = keys
     first_message = str(SagaTimeout.objects.get(saga__correlation_key=first).message_id)
     record = tmp_path / "received.txt"
 
@@ -154,17 +149,32 @@ def test_dispatcher_killed_after_the_woken_step_committed_leaves_the_saga_advanc
     )
 
     assert killed.wait(timeout=60) == KILLED, killed.stderr()
-    # The first timer's step stamped it in its own commit; nobody confirmed the delivery.
-    assert _counters([first]) == _advanced_once([first], outcome="fired, unconfirmed")
-    assert _counters(rest) == _untouched(rest)
+    # The first timer's step ran inside the batch, which died before its commit.
+    assert _counters(keys) == _untouched(keys)
+    assert _claimed_pending(keys) == COUNTERS
     report = children.spawn(
         DRAIN, "--await-leases", "--record", str(record), name="successor"
     ).report()
-    # The successor fired the other two and re-published the first to its receivers
-    # (at least once); the saga's step guard and inbox dropped the repeat (exactly once).
+    # The successor fired all three; the first event reached its receivers twice (at least
+    # once), the saga's step applied once (exactly once).
     assert report["fired"] == COUNTERS
     received = Counter(line.split()[0] for line in record.read_text().splitlines())
     assert received[first_message] == 2
+    assert _counters(keys) == _advanced_once(keys)
+
+
+def test_dispatcher_killed_in_the_middle_of_its_batch_leaves_nothing_of_the_batch(
+    children: Supervisor,
+) -> None:
+    keys = _start_counters()
+
+    killed = children.spawn(DRAIN, "--fault", "kill-mid-batch", name="killed")
+
+    assert killed.wait(timeout=60) == KILLED, killed.stderr()
+    # The first timer was stamped and its step applied; the batch never committed.
+    assert _counters(keys) == _untouched(keys)
+    assert _claimed_pending(keys) == COUNTERS
+    assert _take_over(children)["fired"] == COUNTERS
     assert _counters(keys) == _advanced_once(keys)
 
 
@@ -212,11 +222,11 @@ def test_dispatcher_killed_inside_the_woken_steps_transaction_leaves_nothing_of_
     assert _counters(keys) == _advanced_once(keys)
 
 
-def test_dispatcher_stopped_before_publishing_and_resumed_after_its_lease_changes_no_row(
+def test_dispatcher_stopped_after_claiming_and_resumed_after_its_lease_changes_no_row(
     children: Supervisor,
 ) -> None:
     keys = _start_counters()
-    stalled = children.spawn(DRAIN, "--fault", "stop-before-publish", name="stalled")
+    stalled = children.spawn(DRAIN, "--fault", "stop-after-claim", name="stalled")
     stalled.wait_until_stopped(timeout=60)
 
     assert _take_over(children)["fired"] == COUNTERS
@@ -225,28 +235,45 @@ def test_dispatcher_stopped_before_publishing_and_resumed_after_its_lease_change
     stalled.process.send_signal(signal.SIGCONT)
     report = stalled.report()
 
-    # Its late event met the step guard; nothing else it held still carried its claim.
+    # Every row it had claimed carries the successor's token now: it published nothing.
     assert _snapshot() == before
     assert (report["fired"], report["unclaimed"]) == (0, COUNTERS)
 
 
-def test_step_resumed_after_its_dispatcher_lost_the_lease_changes_no_row(
+def test_a_stalled_batch_keeps_the_rows_it_touched_and_its_successor_fires_the_rest(
     children: Supervisor,
 ) -> None:
-    # PostgreSQL only: on SQLite the stalled step sits inside BEGIN IMMEDIATE, holding the
-    # database-wide write lock, so no other dispatcher could write until it resumes.
+    # PostgreSQL only: on SQLite the stalled batch holds the database-wide write lock, so no
+    # other dispatcher could write until it resumes.
     require_postgres_backend()
     keys = _start_counters()
     stalled = children.spawn(DRAIN, "--fault", "stop-before-window", name="stalled")
     stalled.wait_until_stopped(timeout=60)
 
-    assert _take_over(children)["fired"] == COUNTERS
-    before = _snapshot()
+    # The stalled batch holds a lock on the first timer (stamped, uncommitted): the
+    # successor skips it and fires the other two.
+    assert _take_over(children)["fired"] == COUNTERS - 1
     stalled.process.send_signal(signal.SIGCONT)
     report = stalled.report()
 
-    # The version check refused the stale step, the re-read met the step guard, and
-    # nothing else it held still carried its claim.
-    assert _snapshot() == before
+    # Resumed, it applied the step it held; the rows the successor took were not its own.
+    assert (report["fired"], report["unclaimed"]) == (1, COUNTERS - 1)
     assert _counters(keys) == _advanced_once(keys)
-    assert (report["fired"], report["unclaimed"]) == (0, COUNTERS)
+
+
+def test_a_batch_stopped_halfway_and_resumed_after_its_lease_fires_nothing_twice(
+    children: Supervisor,
+) -> None:
+    require_postgres_backend()  # as above: SQLite would wait for the stalled batch's lock
+    keys = _start_counters()
+    stalled = children.spawn(DRAIN, "--fault", "stop-mid-batch", name="stalled")
+    stalled.wait_until_stopped(timeout=60)
+
+    # It holds the first timer (applied) and the second (stamped): the successor fires the
+    # third only.
+    assert _take_over(children)["fired"] == 1
+    stalled.process.send_signal(signal.SIGCONT)
+    report = stalled.report()
+
+    assert (report["fired"], report["unclaimed"]) == (2, 1)
+    assert _counters(keys) == _advanced_once(keys)

@@ -19,6 +19,7 @@ from functools import partial
 from typing import Any
 
 from asgiref.sync import async_to_sync
+from django.db.models import Exists, OuterRef, Q
 
 from bsft_saga import clock, telemetry
 from bsft_saga.conf import saga_settings
@@ -84,13 +85,23 @@ class _Plan:
         )
 
 
-def _apply(flow: FlowDefinition, envelope: Envelope, plan: Callable[[], _Plan | None]) -> None:
+@dataclass(frozen=True)
+class _Ignored:
+    """The event is not for this flow's instance; ``reason`` is the counter's attribute."""
+
+    reason: str  # "no_instance" | "not_awaited" | "duplicate"
+    correlation_key: str
+    step_index: int | None = None
+
+
+def _apply(flow: FlowDefinition, envelope: Envelope, plan: Callable[[], _Plan | _Ignored]) -> None:
     """Plan against the current row, run, commit; re-plan after losing a version race."""
     retries = saga_settings.max_conflict_retries
     key = ""
     for attempt in range(retries + 1):
         planned = plan()
-        if planned is None:
+        if isinstance(planned, _Ignored):
+            _ignore(flow, envelope, planned)
             return
         key = planned.correlation_key
         try:
@@ -98,14 +109,6 @@ def _apply(flow: FlowDefinition, envelope: Envelope, plan: Callable[[], _Plan | 
             return
         except window.VersionConflict:
             _back_off(attempt)
-        except window.StaleTimerClaim as exc:
-            logger.info(
-                "bsft_saga: timer %s of %s[%s] is no longer ours; event dropped",
-                exc,
-                flow.saga_type,
-                key,
-            )
-            return
     raise SagaConcurrencyError(
         f"{flow.saga_type}[{key or '-'}]: {envelope.event_type} {envelope.message_id} lost the "
         f"optimistic-concurrency race {retries + 1} times; raise "
@@ -113,21 +116,46 @@ def _apply(flow: FlowDefinition, envelope: Envelope, plan: Callable[[], _Plan | 
     )
 
 
+def _ignore(flow: FlowDefinition, envelope: Envelope, ignored: _Ignored) -> None:
+    telemetry.count_ignored(flow.saga_type, ignored.reason)
+    logger.debug(
+        "bsft_saga: %s %s ignored by flow %s (%r), key %r, step %s: %s",
+        envelope.event_type,
+        envelope.message_id,
+        flow.flow_name,
+        flow.saga_type,
+        ignored.correlation_key,
+        "-" if ignored.step_index is None else ignored.step_index,
+        ignored.reason,
+    )
+
+
 def _plan_step(
     flow: FlowDefinition, key: str, step_indices: set[int], envelope: Envelope
-) -> _Plan | None:
-    """Find the instance for ``key`` and the step that takes the event, or drop it."""
-    instance = SagaInstance.objects.active().for_key(flow.saga_type, key).first()
-    if instance is None:
-        if 0 not in step_indices:
-            return None  # not a start event, and nothing awaits it
-        handled_by_key = SagaInboxEntry.objects.filter(
-            saga__saga_type=flow.saga_type,
-            saga__correlation_key=key,
-            message_id=envelope.message_id,
+) -> _Plan | _Ignored:
+    """Find the instance for ``key`` and the step that takes the event, or drop it.
+
+    One query reads the active instance and whether it already handled the message; for a
+    start event it also finds a finished instance of the key that handled it (a redelivered
+    start event starts nothing).
+    """
+    is_start = 0 in step_indices
+    candidates = SagaInstance.objects.for_key(flow.saga_type, key).annotate(
+        handled=Exists(
+            SagaInboxEntry.objects.filter(saga=OuterRef("pk"), message_id=envelope.message_id)
         )
-        if handled_by_key.exists():
-            return None  # a redelivered start event of an instance that already finished
+    )
+    if is_start:
+        handled_by = SagaInboxEntry.objects.filter(message_id=envelope.message_id)
+        candidates = candidates.filter(
+            Q(is_complete=False) | Q(pk__in=handled_by.values("saga_id"))
+        ).order_by("is_complete")
+    else:
+        candidates = candidates.filter(is_complete=False)
+    instance = next(iter(candidates[:1]), None)
+    if instance is None:
+        if not is_start:
+            return _Ignored("no_instance", key)
         return _Plan(
             saga_id=uuid.uuid4(),
             correlation_key=key,
@@ -139,10 +167,10 @@ def _plan_step(
             bodies=flow.steps[0].bodies,
             advance=True,
         )
+    if getattr(instance, "handled", False):
+        return _Ignored("duplicate", key, instance.step_index)
     if instance.step_index not in step_indices:
-        return None  # step guard: the current step does not await this event
-    if _handled(instance, envelope):
-        return None
+        return _Ignored("not_awaited", key, instance.step_index)
     return _Plan.for_instance(instance, flow.steps[instance.step_index].bodies, advance=True)
 
 
@@ -248,10 +276,12 @@ def _handle_deadline(envelope: Envelope) -> None:
         return
     saga_id = uuid.UUID(event.saga_id)
 
-    def plan() -> _Plan | None:
+    def plan() -> _Plan | _Ignored:
         instance = SagaInstance.objects.active().filter(pk=saga_id).first()
-        if instance is None or _handled(instance, envelope):
-            return None  # completed before its deadline, or expired already
+        if instance is None:
+            return _Ignored("no_instance", "")  # completed before its deadline
+        if _handled(instance, envelope):
+            return _Ignored("duplicate", instance.correlation_key, instance.step_index)
         return _Plan.for_instance(instance, (StepBody(run=deadline.on_expired),), advance=False)
 
     _apply(flow, envelope, plan)

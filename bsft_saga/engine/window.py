@@ -1,9 +1,16 @@
 """The persistence window: one ``transaction.atomic`` per handled event.
 
 It writes, in this order: the state advance with a version check (which also locks the
-instance row, serialising every other writer of this saga), the stamp of the timer that
-woke the step, the inbox row, the timer writes and the outbox rows. Either all of them
-commit or none does. Outbox delivery and telemetry are registered with ``on_commit``.
+instance row, serialising every other writer of this saga) or the insert of a new
+instance, the inbox row, the timer writes and the outbox rows. Either all of them commit
+or none does. Outbox delivery and telemetry are registered with ``on_commit``.
+
+Outside any transaction the window is the transaction (no savepoint). Inside a caller's
+transaction (a ``transaction.atomic`` of the caller's, or the batch of a dispatch pass) it
+is a savepoint of it, so that a lost race rolls back this event's writes alone and is
+re-applied against fresh state. Nothing in it needs a savepoint of its own: a new
+instance's timers are one INSERT, and an existing instance's writes are serialised by its
+version-checked update.
 """
 
 from __future__ import annotations
@@ -18,17 +25,13 @@ from django.db import IntegrityError, transaction
 from bsft_saga import outbox, telemetry
 from bsft_saga.engine.context import StepEffects
 from bsft_saga.events.envelope import Envelope
-from bsft_saga.models import SagaInboxEntry, SagaInstance, SagaOutboxMessage
+from bsft_saga.models import SagaInboxEntry, SagaInstance, SagaOutboxMessage, SagaTimeout
 from bsft_saga.timeouts import store as timer_store
 from bsft_saga.timeouts.requests import CancelAllTimers, CancelTimer, TimerRequest
 
 
 class VersionConflict(Exception):
     """Another transaction created or advanced the instance first; reload and re-apply."""
-
-
-class StaleTimerClaim(Exception):
-    """The timer that woke this step is no longer ours to fire (cancelled or taken over)."""
 
 
 @dataclass(frozen=True)
@@ -51,76 +54,110 @@ class Transition:
     now: datetime
 
 
+@dataclass(frozen=True)
+class _Written:
+    scheduled: int = 0
+    canceled: int = 0
+
+
 def commit(transition: Transition) -> None:
-    """Write ``transition`` atomically; ``VersionConflict`` / ``StaleTimerClaim`` roll it back."""
+    """Write ``transition`` atomically, or raise ``VersionConflict`` having written nothing."""
     t = transition
-    canceled = scheduled = 0
-    with transaction.atomic():
-        _write_instance(t)
-        origin = t.envelope.timer
-        if (
-            origin is not None
-            and origin.saga_id == t.saga_id
-            and not timer_store.stamp_fired(origin, now=t.now)
-        ):
-            raise StaleTimerClaim(origin.name)
-        SagaInboxEntry.objects.create(
-            saga_id=t.saga_id,
-            message_id=t.envelope.message_id,
-            event_type=t.envelope.event_type,
-            handled_at=t.now,
-        )
-        if t.completes:
-            # A completed saga keeps no pending timer, and writes none of its last step's.
-            canceled = timer_store.cancel_all(t.saga_id, now=t.now)
-        else:
-            if t.ends_wait:
-                canceled += timer_store.cancel_step_scoped(t.saga_id, now=t.now)
-            c, scheduled = _apply_timer_operations(t)
-            canceled += c
-        staged = t.effects.outbox
-        SagaOutboxMessage.objects.bulk_create(
-            [outbox.new_row(s.envelope, s.payload, saga_id=t.saga_id) for s in staged]
-        )
-        outbox.deliver_after_commit([s.envelope for s in staged])
-        transaction.on_commit(lambda: _report(t, canceled=canceled, scheduled=scheduled))
+    try:
+        with transaction.atomic():
+            written = _create(t) if t.is_new else _advance(t)
+    except IntegrityError:
+        if _lost_a_race(t):
+            raise VersionConflict from None
+        raise
+    transaction.on_commit(lambda: _report(t, written))
 
 
-def _write_instance(t: Transition) -> None:
-    fields = {
+def _lost_a_race(t: Transition) -> bool:
+    """Whether the window's IntegrityError was a concurrent write, not a bug: another
+    transaction created this key's instance first, or a timer of a name this step schedules
+    was requeued into the pending set meanwhile. Re-applied, the event sees either."""
+    if t.is_new:
+        return SagaInstance.objects.active().for_key(t.saga_type, t.correlation_key).exists()
+    names = [op.name for op in t.effects.timer_operations if isinstance(op, TimerRequest)]
+    return (
+        bool(names)
+        and SagaTimeout.objects.pending().filter(saga_id=t.saga_id, name__in=names).exists()
+    )
+
+
+def _create(t: Transition) -> _Written:
+    SagaInstance.objects.create(
+        id=t.saga_id,
+        saga_type=t.saga_type,
+        correlation_key=t.correlation_key,
+        state_type=t.state_type,
+        created_at=t.now,
+        deadline=t.deadline,
+        version=1,
+        **_progress(t),
+    )
+    _write_inbox_entry(t)
+    scheduled = 0
+    if not t.completes:  # a completed saga writes none of its last step's timers
+        scheduled = timer_store.schedule_new(
+            t.saga_id,
+            t.effects.timer_operations,
+            step_index=t.step_index,
+            correlation_id=t.envelope.correlation_id,
+            now=t.now,
+        )
+    _write_outbox(t)
+    return _Written(scheduled=scheduled)
+
+
+def _advance(t: Transition) -> _Written:
+    updated = SagaInstance.objects.filter(
+        pk=t.saga_id, version=t.expected_version, is_complete=False
+    ).update(version=t.expected_version + 1, **_progress(t))
+    if not updated:
+        raise VersionConflict
+    _write_inbox_entry(t)
+    if t.completes:
+        # A completed saga keeps no pending timer, and writes none of its last step's.
+        written = _Written(canceled=timer_store.cancel_all(t.saga_id, now=t.now))
+    else:
+        canceled = timer_store.cancel_step_scoped(t.saga_id, now=t.now) if t.ends_wait else 0
+        written = _apply_timer_operations(t, canceled)
+    _write_outbox(t)
+    return written
+
+
+def _progress(t: Transition) -> dict[str, Any]:
+    return {
         "state": t.state,
         "step_index": t.step_index,
         "updated_at": t.now,
         "is_complete": t.completes,
         "completed_at": t.now if t.completes else None,
     }
-    if t.is_new:
-        try:
-            with transaction.atomic():
-                SagaInstance.objects.create(
-                    id=t.saga_id,
-                    saga_type=t.saga_type,
-                    correlation_key=t.correlation_key,
-                    state_type=t.state_type,
-                    created_at=t.now,
-                    deadline=t.deadline,
-                    version=1,
-                    **fields,
-                )
-        except IntegrityError:
-            if SagaInstance.objects.active().for_key(t.saga_type, t.correlation_key).exists():
-                raise VersionConflict from None
-            raise
-        return
-    updated = SagaInstance.objects.filter(
-        pk=t.saga_id, version=t.expected_version, is_complete=False
-    ).update(version=t.expected_version + 1, **fields)
-    if not updated:
-        raise VersionConflict
 
 
-def _apply_timer_operations(t: Transition) -> tuple[int, int]:
-    canceled = scheduled = 0
+def _write_inbox_entry(t: Transition) -> None:
+    SagaInboxEntry.objects.create(
+        saga_id=t.saga_id,
+        message_id=t.envelope.message_id,
+        event_type=t.envelope.event_type,
+        handled_at=t.now,
+    )
+
+
+def _write_outbox(t: Transition) -> None:
+    staged = t.effects.outbox
+    if staged:
+        SagaOutboxMessage.objects.bulk_create(
+            [outbox.new_row(s.envelope, s.payload, saga_id=t.saga_id) for s in staged]
+        )
+        outbox.deliver_after_commit([s.envelope for s in staged])
+
+
+def _apply_timer_operations(t: Transition, canceled: int) -> _Written:
+    scheduled = 0
     for operation in t.effects.timer_operations:
         if isinstance(operation, TimerRequest):
             timer_store.schedule(
@@ -135,15 +172,15 @@ def _apply_timer_operations(t: Transition) -> tuple[int, int]:
             canceled += timer_store.cancel(t.saga_id, operation.name, now=t.now)
         elif isinstance(operation, CancelAllTimers):
             canceled += timer_store.cancel_all(t.saga_id, now=t.now, keep_internal=True)
-    return canceled, scheduled
+    return _Written(scheduled=scheduled, canceled=canceled)
 
 
-def _report(t: Transition, *, canceled: int, scheduled: int) -> None:
+def _report(t: Transition, written: _Written) -> None:
     if t.is_new:
         telemetry.count("started", t.saga_type)
     if t.completes:
         telemetry.count("completed", t.saga_type)
-    if scheduled:
-        telemetry.count("timeout.scheduled", t.saga_type, scheduled)
-    if canceled:
-        telemetry.count("timeout.canceled", t.saga_type, canceled)
+    if written.scheduled:
+        telemetry.count("timeout.scheduled", t.saga_type, written.scheduled)
+    if written.canceled:
+        telemetry.count("timeout.canceled", t.saga_type, written.canceled)

@@ -18,12 +18,12 @@ class Migration(migrations.Migration):
         migrations.AddField(
             model_name='sagaoutboxmessage',
             name='next_attempt_at',
-            field=models.DateTimeField(blank=True, help_text='After a failed attempt: no delivery is tried before this (retry back-off).', null=True, verbose_name='next attempt at'),
+            field=models.DateTimeField(blank=True, help_text='After a failed attempt: not tried again before this (retry back-off).', null=True, verbose_name='next attempt at'),
         ),
         migrations.AddField(
             model_name='sagatimeout',
             name='next_attempt_at',
-            field=models.DateTimeField(blank=True, help_text='After a failed attempt: the timer is not fired before this (retry back-off).', null=True, verbose_name='next attempt at'),
+            field=models.DateTimeField(blank=True, help_text='After a failed attempt: not tried again before this (retry back-off).', null=True, verbose_name='next attempt at'),
         ),
         migrations.AddIndex(
             model_name='sagaoutboxmessage',

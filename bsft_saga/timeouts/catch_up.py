@@ -20,7 +20,9 @@ def select_missed(claimed: list[SagaTimeout], config: TimeoutSettings, now: date
     - ``skip_beyond_max_age``: rows overdue by more than ``MAX_CATCH_UP_AGE``.
 
     bsft_saga's own timers are never discarded: a deadline that passed during an outage
-    must still expire its saga.
+    must still expire its saga. The rows may change while the policy looks (a step cancels
+    one, another fires): the policy only proposes; a proposed row this pass no longer holds
+    is simply not stamped.
     """
     claimed = [row for row in claimed if not row.name.startswith(RESERVED_PREFIX)]
     policy = config.catch_up_policy
@@ -40,7 +42,10 @@ def select_missed(claimed: list[SagaTimeout], config: TimeoutSettings, now: date
         missed: set[int] = set()
         keep: dict[object, int] = {}
         for row in sorted(claimed, key=lambda r: (r.due_at, r.pk)):
-            if row.due_at < latest[row.saga_id]:
+            newest = latest.get(row.saga_id)
+            if newest is None:
+                continue  # none of the saga's timers is pending and due any more
+            if row.due_at < newest:
                 missed.add(row.pk)
             elif row.saga_id in keep:  # two rows due at the same instant: fire the later id
                 missed.add(keep[row.saga_id])

@@ -1,48 +1,46 @@
 """``drain_due()``: one dispatch pass over due timers.
 
-A pass reads due pending rows (oldest first, at most ``BATCH_SIZE``), claims them, applies
-the catch-up policy, and publishes each claimed row's event under the correlation id it
-was scheduled with. Claims are fenced by a token: on backends with ``SKIP LOCKED`` the
-rows are selected ``FOR UPDATE SKIP LOCKED`` so that concurrent dispatchers take disjoint
-rows; elsewhere each row is claimed by a conditional update. A claim is a lease: rows of
-a dispatcher that died are taken over once it expires, and the stale holder's writes no
-longer match the token.
+A pass claims a batch of due timers (oldest first, at most ``BATCH_SIZE``; a timer waiting
+out its retry back-off is not due before ``next_attempt_at``), applies the catch-up policy,
+then fires the rest in **one transaction**, each timer in a savepoint: the timer is stamped
+fired while this pass's claim still holds it, and its event is published under the
+correlation id it was scheduled with. A step the event wakes commits with the batch, so a
+timer's effect on its own saga and its stamp are one commit: exactly once. Every other
+receiver gets the event at least once (a batch that does not commit is fired again).
 
-When a step of the timer's own saga handles its event, that step's window stamps the
-timer in the same commit (exactly once for the saga). Every other receiver gets the
-event at least once.
+A timer whose receivers raise rolls back alone (its saga's step with it), counts a failed
+attempt and waits ``RETRY_BACKOFF`` doubling up to ``MAX_RETRY_DELAY``; at
+``MAX_DISPATCH_ATTEMPTS`` it is dead-lettered. The mechanism is :mod:`bsft_saga.delivery`,
+shared with the outbox.
 """
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import operator
 import uuid
 from dataclasses import astuple, dataclass
 from datetime import datetime
 
-from django.db import connection, transaction
-from django.db.models import Case, DateTimeField, F, Q, Value, When
-from django.db.models.functions import Coalesce
+from django.db import transaction
 
 from bsft_saga import clock, telemetry
-from bsft_saga.conf import TimeoutSettings, saga_settings
-from bsft_saga.events import codec
-from bsft_saga.events.envelope import Envelope, TimerOrigin
-from bsft_saga.events.registry import event_class
-from bsft_saga.events.sending import send_envelope
-from bsft_saga.exceptions import failure_reason
+from bsft_saga.conf import saga_settings
+from bsft_saga.delivery.batch import Outcome, claim, count_outcomes, deliver
 from bsft_saga.models import SagaTimeout, TimeoutOutcome
-from bsft_saga.querysets import SagaTimeoutQuerySet
 from bsft_saga.timeouts.catch_up import select_missed
+from bsft_saga.timeouts.channel import TIMERS
 
 logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
 class DrainReport:
-    """What one pass did. ``unclaimed``: due rows another dispatcher or a cancellation took."""
+    """What one pass did. ``unclaimed``: due rows another dispatcher or a cancellation took.
+
+    ``failed`` counts attempts that failed and wait for their retry: they are reported,
+    but they are not work that calls for another pass right away.
+    """
 
     fired: int = 0
     missed: int = 0
@@ -68,175 +66,56 @@ class DrainReport:
 def drain_due(*, batch_size: int | None = None, now: datetime | None = None) -> DrainReport:
     """Run one dispatch pass and report what it did.
 
-    Safe to run from many processes at once. A failing row is counted, logged and left
-    pending (or dead-lettered at ``MAX_DISPATCH_ATTEMPTS``); it never stops the pass.
-    Only ``KeyboardInterrupt``/``SystemExit`` (a shutdown) escape.
-
-    A pass also re-publishes *unconfirmed* timers: rows their own saga stamped fired in
-    its step's commit, but whose dispatcher died (or met a failing receiver) before every
-    other receiver had the event. The saga's inbox drops the repeat.
+    Safe to run from many processes at once: concurrent passes claim disjoint rows. A
+    failing timer is counted, logged and retried after its back-off (or dead-lettered); it
+    never stops the pass. ``KeyboardInterrupt``/``SystemExit`` (a shutdown) and a lost
+    database connection escape; the batch then rolls back and its rows are claimed again
+    once the lease has passed.
     """
     config = saga_settings.timeouts
     moment = now or clock.now()
-    limit = batch_size or config.batch_size
     token = uuid.uuid4()
-    # Unconfirmed rows are rare; taking them first, up to a quarter of the batch, keeps a
-    # steady backlog of due timers from postponing their re-publication indefinitely.
-    seen, claimed = _claim(
-        SagaTimeout.objects.unconfirmed(moment), max(1, limit // 4), token, moment, config
+    rows = claim(
+        TIMERS,
+        limit=batch_size or config.batch_size,
+        token=token,
+        now=moment,
+        lease=config.claim_lease,
     )
-    more_seen, more = _claim(
-        SagaTimeout.objects.due(moment), limit - len(claimed), token, moment, config
-    )
-    seen, claimed = seen + more_seen, claimed + more
-    report = DrainReport(unclaimed=seen - len(claimed))
-    missed_ids = select_missed([row for row in claimed if row.is_pending], config, moment)
-    for row in claimed:
-        if row.pk in missed_ids:
-            report += _stamp_missed(row, token)
-        else:
-            report += _fire(row, token, config)
-    return report
-
-
-def _claim(
-    candidates: SagaTimeoutQuerySet,
-    limit: int,
-    token: uuid.UUID,
-    now: datetime,
-    config: TimeoutSettings,
-) -> tuple[int, list[SagaTimeout]]:
-    """Claim up to ``limit`` of ``candidates``; return how many were seen and the claimed rows."""
-    lease_until = now + config.claim_lease
-    if connection.features.has_select_for_update_skip_locked:
-        # Rows another dispatcher is claiming right now are skipped, not waited for, so
-        # concurrent passes take disjoint batches.
-        with transaction.atomic():
-            mine = list(
-                candidates.select_for_update(skip_locked=True, of=("self",)).values_list(
-                    "id", flat=True
-                )[:limit]
-            )
-            SagaTimeout.objects.filter(pk__in=mine).update(
-                claim_token=token, claimed_until=lease_until
-            )
-        seen = len(mine)
-    else:
-        # The conditional update is the fence: it matches only while the row is still a
-        # candidate, i.e. while nobody else holds a live claim on it.
-        ids = list(candidates.values_list("id", flat=True)[:limit])
-        seen = len(ids)
-        mine = [
-            pk
-            for pk in ids
-            if candidates.filter(pk=pk).update(claim_token=token, claimed_until=lease_until)
-        ]
-    rows = list(
-        SagaTimeout.objects.filter(pk__in=mine, claim_token=token)
-        .select_related("saga")
-        .order_by("due_at", "id")
-    )
-    return seen, rows
-
-
-def _held(row: SagaTimeout, token: uuid.UUID) -> SagaTimeoutQuerySet:
-    """The row while this pass's claim still holds it: pending, or fired but unconfirmed."""
-    return SagaTimeout.objects.filter(pk=row.pk, claim_token=token).filter(
-        Q(dispatched_at__isnull=True) | Q(outcome=TimeoutOutcome.FIRED)
+    if not rows:
+        return DrainReport()
+    # The policy reads before the batch's transaction opens: on SQLite a transaction that
+    # reads first and writes later can be refused the write lock.
+    missed_ids = select_missed(rows, config, moment)
+    with transaction.atomic():
+        missed = _stamp_missed([row for row in rows if row.pk in missed_ids], token)
+        delivered = deliver(
+            TIMERS, [row for row in rows if row.pk not in missed_ids], token, config
+        )
+    for row in missed:
+        telemetry.count("timeout.missed", row.saga.saga_type)
+    count_outcomes(TIMERS, delivered)
+    return DrainReport(
+        fired=delivered.count(Outcome.DELIVERED),
+        missed=len(missed),
+        failed=delivered.count(Outcome.FAILED),
+        dead_lettered=delivered.count(Outcome.DEAD_LETTERED),
+        unclaimed=len(missed_ids) - len(missed) + delivered.count(Outcome.UNCLAIMED),
     )
 
 
-def _stamp_missed(row: SagaTimeout, token: uuid.UUID) -> DrainReport:
-    missed = _held(row, token).filter(dispatched_at__isnull=True)
-    if not missed.update(
+def _stamp_missed(rows: list[SagaTimeout], token: uuid.UUID) -> list[SagaTimeout]:
+    """Retire ``rows`` as missed (one statement); return those this pass still held."""
+    if not rows:
+        return []
+    ids = [row.pk for row in rows]
+    # Write first, then read which rows were ours (a read first could cost SQLite's lock).
+    TIMERS.held(token).filter(pk__in=ids).update(
         dispatched_at=clock.now(), outcome=TimeoutOutcome.MISSED, claimed_until=None
-    ):
-        return DrainReport(unclaimed=1)
-    telemetry.count("timeout.missed", row.saga.saga_type)
-    return DrainReport(missed=1)
-
-
-def _fire(row: SagaTimeout, token: uuid.UUID, config: TimeoutSettings) -> DrainReport:
-    saga_type = row.saga.saga_type
-    if not _held(row, token).exists():
-        # Cancelled or replaced since this pass claimed it: never published.
-        return DrainReport(unclaimed=1)
-    try:
-        with telemetry.timeout_span(saga_type, row.name):
-            send_envelope(_envelope(row, token))
-    except (Exception, asyncio.CancelledError) as exc:
-        # A cancellation raised by a woken step is that timer's failure, not a shutdown.
-        logger.exception(
-            "bsft_saga: timer %r (id %s) of %s failed to fire", row.name, row.pk, saga_type
-        )
-        return _record_failure(row, token, exc, config)
-    # Every receiver has had the event: stamp it fired, or confirm the stamp its own
-    # saga's step wrote, by ending the lease.
-    held = _held(row, token)
-    if not held.update(
-        dispatched_at=Coalesce("dispatched_at", Value(clock.now())),
-        outcome=TimeoutOutcome.FIRED,
-        claimed_until=None,
-    ):
-        return DrainReport(unclaimed=1)
-    telemetry.count("timeout.fired", saga_type)
-    return DrainReport(fired=1)
-
-
-def _envelope(row: SagaTimeout, token: uuid.UUID) -> Envelope:
-    cls = event_class(row.event_type)
-    try:
-        event = codec.decode(cls, row.payload)
-    except (TypeError, ValueError) as exc:
-        raise ValueError(f"the stored {row.event_type!r} payload no longer decodes: {exc}") from exc
-    return Envelope(
-        message_id=row.message_id,
-        event=event,
-        event_type=row.event_type,
-        correlation_id=row.correlation_id or None,
-        causation_id=None,
-        deadline=row.saga.deadline,
-        published_at=clock.now(),
-        timer=TimerOrigin(timeout_id=row.pk, saga_id=row.saga_id, name=row.name, claim_token=token),
     )
-
-
-def _record_failure(
-    row: SagaTimeout, token: uuid.UUID, exc: BaseException, config: TimeoutSettings
-) -> DrainReport:
-    """Count a failed attempt and release the row for a later pass; dead-letter at the limit.
-
-    A pending row goes back to the due set. A row its own saga already stamped fired stays
-    fired and becomes unconfirmed at once, so the next pass re-publishes it to the other
-    receivers (at least once) while the saga's inbox drops the repeat (exactly once).
-    """
-    reason = failure_reason(exc)
-    attempts = row.attempts + 1
-    now = clock.now()
-    held = _held(row, token)
-    if attempts >= config.max_dispatch_attempts:
-        retired = held.update(
-            attempts=attempts,
-            last_error=reason,
-            dispatched_at=Coalesce("dispatched_at", Value(now)),
-            outcome=TimeoutOutcome.DEAD_LETTERED,
-            dead_lettered_at=now,
-            dead_letter_reason=reason,
-            claimed_until=None,
-        )
-        if not retired:
-            return DrainReport(unclaimed=1)
-        telemetry.count("timeout.dead_lettered", row.saga.saga_type)
-        return DrainReport(dead_lettered=1)
-    released = held.update(
-        attempts=F("attempts") + 1,
-        last_error=reason,
-        claim_token=None,
-        # Pending: no claim. Fired by its saga: a lease that has already run out.
-        claimed_until=Case(
-            When(dispatched_at__isnull=True, then=Value(None)),
-            default=Value(now),
-            output_field=DateTimeField(),
-        ),
+    stamped = set(
+        SagaTimeout.objects.filter(
+            pk__in=ids, claim_token=token, outcome=TimeoutOutcome.MISSED
+        ).values_list("pk", flat=True)
     )
-    return DrainReport(failed=1) if released else DrainReport(unclaimed=1)
+    return [row for row in rows if row.pk in stamped]

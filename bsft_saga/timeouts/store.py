@@ -1,21 +1,86 @@
 """Timer writes made inside a step's persistence window.
 
-The window has already taken the saga row's lock (its version-checked update), so these
-writes are serialised per saga. The upsert still survives a concurrent insert of the same
-pending name: the partial unique constraint turns the race into an update.
+The window has already taken the saga row's lock (its version-checked update, or the
+insert of a new instance), so these writes are serialised per saga. The one write that can
+still collide is a new pending name meeting a timer requeued at the same moment: the
+partial unique constraint refuses the insert, and the window re-applies the event, whose
+schedule then replaces the requeued timer.
 """
 
 from __future__ import annotations
 
 import uuid
+from collections.abc import Sequence
 from datetime import datetime
+from typing import Any
 
-from django.db import IntegrityError, transaction
-
-from bsft_saga.events.envelope import TimerOrigin
 from bsft_saga.models import SagaTimeout, TimeoutOutcome, TimeoutScope
 from bsft_saga.querysets import SagaTimeoutQuerySet
-from bsft_saga.timeouts.requests import RESERVED_PREFIX, TimerRequest
+from bsft_saga.timeouts.requests import (
+    RESERVED_PREFIX,
+    CancelAllTimers,
+    CancelTimer,
+    TimerOperation,
+    TimerRequest,
+)
+
+
+def _values(
+    request: TimerRequest, *, step_index: int, correlation_id: str | None, now: datetime
+) -> dict[str, Any]:
+    return {
+        "due_at": request.due_at,
+        "event_type": request.event_type,
+        "payload": request.payload,
+        "calendar_key": request.calendar_key,
+        "correlation_id": correlation_id or "",
+        "scope": request.scope,
+        "scheduled_step_index": step_index,
+        "scheduled_at": now,
+        "attempts": 0,
+        "last_error": "",
+        "next_attempt_at": None,
+        # A replaced timer is a new message; a dispatcher holding the old claim is fenced.
+        "message_id": uuid.uuid4(),
+        "claim_token": None,
+        "claimed_until": None,
+    }
+
+
+def schedule_new(
+    saga_id: uuid.UUID,
+    operations: Sequence[TimerOperation],
+    *,
+    step_index: int,
+    correlation_id: str | None,
+    now: datetime,
+) -> int:
+    """Write the timers of an instance that is being created; return how many.
+
+    Nothing else knows the new saga yet, so its operations are resolved in memory (a later
+    schedule of a name replaces an earlier one, a cancel drops it) and written in one
+    INSERT, with no conflict possible.
+    """
+    pending: dict[str, TimerRequest] = {}
+    for operation in operations:
+        if isinstance(operation, TimerRequest):
+            pending.pop(operation.name, None)  # a replaced timer moves to the end
+            pending[operation.name] = operation
+        elif isinstance(operation, CancelTimer):
+            pending.pop(operation.name, None)
+        elif isinstance(operation, CancelAllTimers):
+            pending = {n: r for n, r in pending.items() if n.startswith(RESERVED_PREFIX)}
+    SagaTimeout.objects.bulk_create(
+        [
+            SagaTimeout(
+                saga_id=saga_id,
+                name=name,
+                **_values(request, step_index=step_index, correlation_id=correlation_id, now=now),
+            )
+            for name, request in pending.items()
+        ]
+    )
+    return len(pending)
 
 
 def schedule(
@@ -27,31 +92,10 @@ def schedule(
     now: datetime,
 ) -> None:
     """Write ``request``, replacing a pending timer of the same name in place."""
-    values = {
-        "due_at": request.due_at,
-        "event_type": request.event_type,
-        "payload": request.payload,
-        "calendar_key": request.calendar_key,
-        "correlation_id": correlation_id or "",
-        "scope": request.scope,
-        "scheduled_step_index": step_index,
-        "scheduled_at": now,
-        "attempts": 0,
-        "last_error": "",
-        # A replaced timer is a new message; a dispatcher holding the old claim is fenced.
-        "message_id": uuid.uuid4(),
-        "claim_token": None,
-        "claimed_until": None,
-    }
+    values = _values(request, step_index=step_index, correlation_id=correlation_id, now=now)
     pending = SagaTimeout.objects.pending().filter(saga_id=saga_id, name=request.name)
-    if pending.update(**values):
-        return
-    try:
-        with transaction.atomic():
-            SagaTimeout.objects.create(saga_id=saga_id, name=request.name, **values)
-    except IntegrityError:
-        if not pending.update(**values):
-            raise
+    if not pending.update(**values):
+        SagaTimeout.objects.create(saga_id=saga_id, name=request.name, **values)
 
 
 def cancel(saga_id: uuid.UUID, name: str, *, now: datetime) -> int:
@@ -75,14 +119,9 @@ def cancel_step_scoped(saga_id: uuid.UUID, *, now: datetime) -> int:
 
 def _cancel(queryset: SagaTimeoutQuerySet, now: datetime) -> int:
     return queryset.update(
-        dispatched_at=now, outcome=TimeoutOutcome.CANCELED, claim_token=None, claimed_until=None
-    )
-
-
-def stamp_fired(origin: TimerOrigin, *, now: datetime) -> bool:
-    """Stamp the timer that woke this step as fired, if ``origin`` still holds its claim."""
-    return bool(
-        SagaTimeout.objects.pending()
-        .filter(pk=origin.timeout_id, claim_token=origin.claim_token)
-        .update(dispatched_at=now, outcome=TimeoutOutcome.FIRED)
+        dispatched_at=now,
+        outcome=TimeoutOutcome.CANCELED,
+        next_attempt_at=None,
+        claim_token=None,
+        claimed_until=None,
     )

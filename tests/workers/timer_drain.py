@@ -4,19 +4,25 @@ Run as ``python tests/workers/timer_drain.py [options]`` with the environment of
 ``subprocess_env`` fixture. It calls ``drain_due()`` until a pass finds nothing due twice
 in a row, then prints its totals as one JSON line on stdout.
 
-The fault points live here, in the child, and nowhere in the library:
+The fault points live here, in the child, and nowhere in the library. A pass claims its
+batch in one short transaction, then fires the whole batch in a second one:
 
 ``kill-after-claim``
-    SIGKILL on the first statement after the claim UPDATE: the claim is committed,
+    SIGKILL on the first statement of the batch's transaction: the claim is committed,
     nothing is published.
 ``kill-after-publish``
-    SIGKILL in a receiver connected after the engine's, on the first timer envelope: a
-    step the timer woke in its own saga has committed; the dispatcher's stamp has not run.
+    SIGKILL in a receiver connected after the engine's, on the first timer envelope: the
+    step the timer woke in its own saga has run inside the batch, which never commits.
 ``kill-mid-window``
-    SIGKILL on the INSERT of the inbox row, inside the woken step's transaction, before
-    its COMMIT.
-``stop-before-publish``
-    SIGSTOP in a receiver connected before the engine's, on the first timer envelope.
+    SIGKILL on the INSERT of the inbox row, inside the woken step's window.
+``kill-mid-batch``
+    SIGKILL in a receiver connected before the engine's, on the second timer envelope: the
+    first timer of the batch is stamped and its step applied, all uncommitted.
+``stop-after-claim``
+    SIGSTOP on the first statement of the batch's transaction (before SQLite's BEGIN, so
+    no lock is held): the claim is committed, nothing is published.
+``stop-mid-batch``
+    SIGSTOP like ``kill-mid-batch``: the first timer's rows stay locked by the open batch.
 ``stop-before-window``
     SIGSTOP on the woken step's version-checked UPDATE of its instance: the step has run
     on the state it read, its window has not written yet.
@@ -38,10 +44,15 @@ FAULTS = (
     "kill-after-claim",
     "kill-after-publish",
     "kill-mid-window",
-    "stop-before-publish",
+    "kill-mid-batch",
+    "stop-after-claim",
+    "stop-mid-batch",
     "stop-before-window",
 )
 CLAIM_SQL = 'UPDATE "bsft_saga_sagatimeout" SET "claim_token"'
+# The batch's transaction opens with SQLite's BEGIN or, on PostgreSQL (whose BEGIN the
+# driver sends unseen), with the savepoint of its first timer.
+BATCH_START_SQL = ("BEGIN", "SAVEPOINT")
 INBOX_INSERT_SQL = 'INSERT INTO "bsft_saga_sagainboxentry"'
 INSTANCE_UPDATE_SQL = 'UPDATE "bsft_saga_sagainstance" SET'
 
@@ -92,7 +103,7 @@ def main() -> int:
             report = drain_due(batch_size=args.batch_size)
             passes += 1
             total += report
-            if report.settled or report.failed:
+            if report.settled:
                 idle = 0
             else:
                 idle += 1
@@ -113,10 +124,13 @@ def _connect_receivers(args: argparse.Namespace) -> None:
     from bsft_saga.engine.receiver import connect_engine, on_event_published
     from bsft_saga.signals import event_published
 
-    if args.fault == "stop-before-publish":
-        # ready() connected the engine first; put the stopping receiver ahead of it.
+    if args.fault in ("kill-mid-batch", "stop-mid-batch"):
+        # ready() connected the engine first; put the faulting receiver ahead of it.
         event_published.disconnect(on_event_published, dispatch_uid="bsft_saga.engine")
-        event_published.connect(_StopOnTimer(), dispatch_uid="tests.workers.stop", weak=False)
+        signal_number = signal.SIGKILL if args.fault == "kill-mid-batch" else signal.SIGSTOP
+        event_published.connect(
+            _OnSecondTimer(signal_number), dispatch_uid="tests.workers.fault", weak=False
+        )
         connect_engine()
     if args.record:
         path: Path = args.record
@@ -133,16 +147,18 @@ def _connect_receivers(args: argparse.Namespace) -> None:
         event_published.connect(_kill_on_timer, dispatch_uid="tests.workers.kill", weak=False)
 
 
-class _StopOnTimer:
-    """Stop this process (SIGSTOP) on the first timer envelope, before anyone handles it."""
+class _OnSecondTimer:
+    """Signal this process on the second timer envelope, before anyone handles it."""
 
-    def __init__(self) -> None:
-        self.stopped = False
+    def __init__(self, signal_number: int) -> None:
+        self.signal_number = signal_number
+        self.timers = 0
 
     def __call__(self, sender: type, *, envelope: Any, **kwargs: Any) -> None:
-        if envelope.timer is not None and not self.stopped:
-            self.stopped = True
-            os.kill(os.getpid(), signal.SIGSTOP)
+        if envelope.timer is not None:
+            self.timers += 1
+            if self.timers == 2:
+                os.kill(os.getpid(), self.signal_number)
 
 
 def _kill_on_timer(sender: type, *, envelope: Any, **kwargs: Any) -> None:
@@ -159,11 +175,15 @@ class _FaultingWrapper:
         self.stopped = False
 
     def __call__(self, execute: Any, sql: str, params: Any, many: bool, context: Any) -> Any:
-        if self.fault == "kill-after-claim":
+        if self.fault in ("kill-after-claim", "stop-after-claim"):
             if sql.startswith(CLAIM_SQL):
                 self.claimed = True
-            elif self.claimed:
-                os.kill(os.getpid(), signal.SIGKILL)
+            elif self.claimed and not self.stopped and sql.startswith(BATCH_START_SQL):
+                self.stopped = True
+                os.kill(
+                    os.getpid(),
+                    signal.SIGKILL if self.fault == "kill-after-claim" else signal.SIGSTOP,
+                )
         elif self.fault == "kill-mid-window" and sql.startswith(INBOX_INSERT_SQL):
             os.kill(os.getpid(), signal.SIGKILL)
         elif (
@@ -180,8 +200,7 @@ def _no_live_claim() -> bool:
     from bsft_saga import clock
     from bsft_saga.models import SagaTimeout
 
-    # Pending rows and fired-but-unconfirmed ones alike: every other row has no lease.
-    return not SagaTimeout.objects.filter(claimed_until__gte=clock.now()).exists()
+    return not SagaTimeout.objects.claimed(clock.now()).exists()
 
 
 def _wait_for(condition: Any, deadline: float, what: str) -> None:

@@ -33,8 +33,8 @@ class Command(BaseCommand):
         mode.add_argument(
             "--until-empty",
             action="store_true",
-            help="Repeat passes until one fires, skips and fails nothing (failures count as "
-            "work: a row failing every pass is retried until it is dead-lettered).",
+            help="Repeat passes until one finds nothing to fire, skip or deliver. A failed "
+            "attempt is not work: the row waits for its retry back-off (RETRY_BACKOFF).",
         )
         mode.add_argument(
             "--loop",
@@ -137,7 +137,14 @@ class Command(BaseCommand):
             self.stderr.write(
                 self.style.WARNING(
                     f"{self.total.dead_lettered} timer(s) were dead-lettered; inspect them in "
-                    "the admin (outcome: dead-lettered) and requeue with requeue_saga_timeouts."
+                    "the admin (status: dead-lettered) and requeue with requeue_saga_timeouts."
+                )
+            )
+        if self.verbosity >= 1 and self.total_outbox.dead_lettered:
+            self.stderr.write(
+                self.style.WARNING(
+                    f"{self.total_outbox.dead_lettered} outbox message(s) were dead-lettered; "
+                    "requeue them with requeue_saga_outbox once the cause is fixed."
                 )
             )
         # Always printed, also at verbosity 0: it is the command's result, and scripts

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.core.management.base import BaseCommand, CommandParser
+from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from bsft_saga.timeouts.maintenance import requeue_dead_lettered
 
@@ -13,8 +13,9 @@ class Command(BaseCommand):
     help = (
         "Requeue dead-lettered saga timers: they become pending again with attempts reset, "
         "and fire at the next drain. Fix the cause first (e.g. restore the renamed event "
-        "type). A row that cannot be requeued is reported with the reason; refusals are "
-        "warnings, not errors, so the exit status is 0 even if nothing was requeued."
+        "type). The ids that cannot be requeued are named with the reason (a completed saga, "
+        "a wait that has ended, a pending timer of the same name), the others are requeued, "
+        "and the command then exits with an error."
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
@@ -37,11 +38,12 @@ class Command(BaseCommand):
     def handle(self, *args: Any, **options: Any) -> None:
         ids = None if options["all_dead_lettered"] else options["ids"]
         result = requeue_dead_lettered(ids)
-        if int(options["verbosity"]) < 1:
-            return
-        for pk, reason in result.refused:
-            self.stderr.write(self.style.WARNING(f"refused {pk}: {reason}"))
-        summary = f"Requeued {result.requeued} dead-lettered timer(s)"
+        if int(options["verbosity"]) >= 1:
+            for pk, reason in result.refused:
+                self.stderr.write(self.style.WARNING(f"refused {pk}: {reason}"))
+            self.stdout.write(
+                self.style.SUCCESS(f"Requeued {result.requeued} dead-lettered timer(s).")
+            )
         if result.refused:
-            summary += f"; refused {len(result.refused)}"
-        self.stdout.write(self.style.SUCCESS(summary + "."))
+            refused = ", ".join(str(pk) for pk, _reason in result.refused)
+            raise CommandError(f"{len(result.refused)} timer(s) not requeued: {refused}")

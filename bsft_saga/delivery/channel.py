@@ -1,0 +1,93 @@
+"""What the delivery machinery needs to know about one table of durable rows."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import datetime
+from typing import Any, ClassVar, Generic, TypeVar
+
+from bsft_saga.events.envelope import Envelope
+from bsft_saga.models import DeliveryRow
+from bsft_saga.querysets import DeliveryQuerySet
+
+R = TypeVar("R", bound=DeliveryRow)
+
+
+class Channel(ABC, Generic[R]):
+    """One table of rows that each publish an event: timers, or outbox messages.
+
+    The machinery (claim, deliver in a batch, record failures, requeue) is the same for
+    both; a channel names the table's columns and vocabulary. Every row has ``attempts``,
+    ``last_error``, ``next_attempt_at``, ``dead_lettered_at``, ``claim_token`` and
+    ``claimed_until``; what "open" (still to be delivered) and "delivered" mean differs.
+    """
+
+    #: The model whose rows this channel delivers.
+    model: ClassVar[type[DeliveryRow]]
+    #: What a row is called in logs and messages ("timer", "outbox message").
+    noun: ClassVar[str]
+    #: The counters (keys of ``telemetry.COUNTERS``) a delivered / dead-lettered row adds to.
+    delivered_counter: ClassVar[str | None] = None
+    dead_lettered_counter: ClassVar[str]
+    #: Related rows loaded with each claimed row (``select_related``).
+    related: ClassVar[tuple[str, ...]] = ()
+
+    @abstractmethod
+    def all_rows(self) -> DeliveryQuerySet[R]:
+        """Every row of the table."""
+
+    @abstractmethod
+    def claimable(self, now: datetime) -> DeliveryQuerySet[R]:
+        """Open rows that are ready at ``now`` and held by no live claim, in delivery order."""
+
+    @abstractmethod
+    def open_rows(self) -> DeliveryQuerySet[R]:
+        """Rows still to be delivered (the only ones a claim can hold)."""
+
+    @abstractmethod
+    def delivered(self, now: datetime) -> dict[str, Any]:
+        """The table's own column values that retire a delivered row.
+
+        The machinery adds what both tables share (no lease, no retry waiting); the claim
+        token is kept, so a pass can tell afterwards which rows it delivered.
+        """
+
+    def dead_lettered(self, now: datetime, reason: str) -> dict[str, Any]:
+        """The table's own column values that retire a row given up at the attempt limit
+        (``dead_lettered_at``, ``attempts`` and ``last_error`` are the machinery's)."""
+        return {}
+
+    @abstractmethod
+    def envelope(self, row: R, token: Any) -> Envelope:
+        """The envelope ``row`` publishes; raises if its type or payload no longer resolves."""
+
+    @abstractmethod
+    def saga_type(self, row: R) -> str:
+        """The saga type telemetry attributes the row to ("" for none)."""
+
+    @abstractmethod
+    def describe(self, row: R) -> str:
+        """The row in a log line or a refusal: which table, which id, which saga."""
+
+    def load(self, rows: DeliveryQuerySet[R]) -> DeliveryQuerySet[R]:
+        """``rows`` with what delivering them needs loaded along."""
+        return rows.select_related(*self.related) if self.related else rows
+
+    def held(self, token: Any) -> DeliveryQuerySet[R]:
+        """Open rows that still carry the claim ``token``."""
+        return self.open_rows().filter(claim_token=token)
+
+    def requeued(self) -> dict[str, Any]:
+        """The table's own column values that make a dead-lettered row open again."""
+        return {}
+
+    def requeue_refusal(self, row: R) -> str | None:
+        """Why a dead-lettered ``row`` must not be requeued, or ``None`` to requeue it."""
+        return None
+
+    @contextmanager
+    def publishing(self, row: R) -> Iterator[None]:
+        """Wraps the publication of ``row``'s envelope (e.g. a tracing span)."""
+        yield

@@ -1,0 +1,83 @@
+"""Return dead-lettered rows to delivery: the operator's way back after fixing a cause."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from django.db import IntegrityError, transaction
+
+from bsft_saga.delivery.channel import Channel, R
+
+logger = logging.getLogger("bsft_saga.delivery")
+
+
+@dataclass(frozen=True)
+class RequeueResult:
+    """What a requeue did; ``refused`` lists ``(id, reason)`` in the order the ids came."""
+
+    requeued: int = 0
+    refused: list[tuple[Any, str]] = field(default_factory=list)
+
+
+def requeue_dead_lettered(channel: Channel[R], ids: Iterable[Any] | None = None) -> RequeueResult:
+    """Make dead-lettered rows deliverable again; ``ids=None`` means every dead letter.
+
+    A requeued row has ``attempts`` 0 and no ``next_attempt_at``, so the next pass delivers
+    it; its message id and ``last_error`` are kept (receivers see the same message again,
+    the error stays visible until it is delivered). A row is refused, with a reason naming
+    it, when it does not exist, is not dead-lettered, or when the channel refuses it (see
+    ``Channel.requeue_refusal``). Each row is requeued in its own savepoint, conditionally on
+    still being dead-lettered, so concurrent requeues are safe and one refusal never undoes
+    another row's requeue.
+    """
+    every_row = channel.all_rows()
+    if ids is None:
+        wanted: list[Any] = list(
+            every_row.dead_lettered()
+            .order_by("dead_lettered_at", "pk")
+            .values_list("pk", flat=True)
+        )
+    else:
+        wanted = list(dict.fromkeys(ids))
+    rows = channel.load(every_row.filter(pk__in=wanted)).in_bulk()
+    requeued = 0
+    refused: list[tuple[Any, str]] = []
+    for pk in wanted:
+        row = rows.get(pk)
+        if row is None:
+            reason: str | None = f"{channel.noun} {pk} does not exist"
+        elif row.dead_lettered_at is None:
+            reason = f"{channel.describe(row)} is not dead-lettered ({row.status().label})"
+        else:
+            reason = channel.requeue_refusal(row) or _requeue_one(channel, row)
+        if reason is None:
+            requeued += 1
+        else:
+            refused.append((pk, reason))
+    return RequeueResult(requeued=requeued, refused=refused)
+
+
+def _requeue_one(channel: Channel[R], row: R) -> str | None:
+    values = {
+        "attempts": 0,
+        "next_attempt_at": None,
+        "dead_lettered_at": None,
+        "claim_token": None,
+        "claimed_until": None,
+        **channel.requeued(),
+    }
+    try:
+        with transaction.atomic():
+            changed = channel.model._default_manager.filter(
+                pk=row.pk, dead_lettered_at__isnull=False
+            ).update(**values)
+    except IntegrityError:
+        # A row it would collide with (a pending timer of the same name) appeared meanwhile.
+        logger.info("bsft_saga: requeue of %s lost a race", channel.describe(row))
+        return channel.requeue_refusal(row) or f"{channel.describe(row)} conflicts with another row"
+    if not changed:
+        return f"{channel.describe(row)} is no longer dead-lettered"
+    return None

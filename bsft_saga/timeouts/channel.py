@@ -1,0 +1,114 @@
+"""The delivery channel of timer rows (``SagaTimeout``)."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import datetime
+from typing import Any
+
+from bsft_saga import clock, telemetry
+from bsft_saga.delivery.channel import Channel
+from bsft_saga.events import codec
+from bsft_saga.events.envelope import Envelope, TimerOrigin
+from bsft_saga.events.registry import event_class
+from bsft_saga.models import SagaTimeout, TimeoutOutcome, TimeoutScope
+from bsft_saga.querysets import SagaTimeoutQuerySet
+
+
+class TimerChannel(Channel[SagaTimeout]):
+    """Timers: open while pending, retired with an ``outcome`` and ``dispatched_at``."""
+
+    model = SagaTimeout
+    noun = "timer"
+    delivered_counter = "timeout.fired"
+    dead_lettered_counter = "timeout.dead_lettered"
+    related = ("saga",)
+
+    def all_rows(self) -> SagaTimeoutQuerySet:
+        return SagaTimeout.objects.all()
+
+    def claimable(self, now: datetime) -> SagaTimeoutQuerySet:
+        return SagaTimeout.objects.claimable(now)
+
+    def open_rows(self) -> SagaTimeoutQuerySet:
+        return SagaTimeout.objects.pending()
+
+    def delivered(self, now: datetime) -> dict[str, Any]:
+        return {"dispatched_at": now, "outcome": TimeoutOutcome.FIRED}
+
+    def dead_lettered(self, now: datetime, reason: str) -> dict[str, Any]:
+        return {
+            "dispatched_at": now,
+            "outcome": TimeoutOutcome.DEAD_LETTERED,
+            "dead_letter_reason": reason,
+        }
+
+    def envelope(self, row: SagaTimeout, token: uuid.UUID) -> Envelope:
+        """The timer's event, under the correlation id it was scheduled with, marked as
+        coming from this timer, with its saga's deadline."""
+        cls = event_class(row.event_type)
+        try:
+            event = codec.decode(cls, row.payload)
+        except (TypeError, ValueError) as exc:
+            raise ValueError(
+                f"the stored {row.event_type!r} payload no longer decodes: {exc}"
+            ) from exc
+        return Envelope(
+            message_id=row.message_id,
+            event=event,
+            event_type=row.event_type,
+            correlation_id=row.correlation_id or None,
+            causation_id=None,
+            deadline=row.saga.deadline,
+            published_at=clock.now(),
+            timer=TimerOrigin(
+                timeout_id=row.pk, saga_id=row.saga_id, name=row.name, claim_token=token
+            ),
+        )
+
+    def saga_type(self, row: SagaTimeout) -> str:
+        return row.saga.saga_type
+
+    def describe(self, row: SagaTimeout) -> str:
+        saga = row.saga
+        return f"timer {row.name!r} (id {row.pk}) of saga {saga.saga_type}[{saga.correlation_key}]"
+
+    def requeued(self) -> dict[str, Any]:
+        return {"dispatched_at": None, "outcome": None, "dead_letter_reason": ""}
+
+    def requeue_refusal(self, row: SagaTimeout) -> str | None:
+        """A timer is not requeued into a saga that could not take it any more."""
+        saga = row.saga
+        if saga.is_complete:
+            return (
+                f"{self.describe(row)} belongs to a completed saga; its event would fire "
+                "into the void"
+            )
+        if row.scope == TimeoutScope.STEP and saga.step_index > row.scheduled_step_index:
+            return (
+                f"{self.describe(row)} was scheduled for the saga's wait at step "
+                f"{row.scheduled_step_index}, which has ended (the saga is at step "
+                f"{saga.step_index}); requeued, it would wake a later step"
+            )
+        twin = (
+            SagaTimeout.objects.pending()
+            .filter(saga_id=row.saga_id, name=row.name)
+            .values_list("pk", flat=True)
+            .first()
+        )
+        if twin is not None:
+            return (
+                f"{self.describe(row)}: the saga already has a pending timer {row.name!r} "
+                f"(id {twin}); cancel it or let it fire first"
+            )
+        return None
+
+    @contextmanager
+    def publishing(self, row: SagaTimeout) -> Iterator[None]:
+        with telemetry.timeout_span(row.saga.saga_type, row.name):
+            yield
+
+
+TIMERS = TimerChannel()
