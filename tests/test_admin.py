@@ -10,7 +10,8 @@ from django.contrib.auth.models import Permission, User
 from django.contrib.messages import get_messages
 from django.test import Client
 from django.urls import reverse
-from django.utils import formats, timezone
+from django.utils import formats
+from django.utils.timezone import template_localtime
 
 from bsft_saga import clock
 from bsft_saga.models import SagaAuditRecord, SagaInstance, SagaTimeout
@@ -295,7 +296,7 @@ def test_a_timer_waiting_for_its_retry_shows_when_it_is_tried_again(viewer: Clie
     assert [r.pk for r in listed.context["cl"].result_list] == [row.pk]
     assert "waiting for a retry" in listed.content.decode()
     assert _readonly_value(page, "next_attempt_at") == formats.localize(
-        timezone.template_localtime(retry_at)
+        template_localtime(retry_at)
     )
 
 

@@ -150,7 +150,9 @@ def test_a_timer_dead_lettered_at_the_attempt_limit_has_no_next_attempt(
 ) -> None:
     with override_settings(BSFT_SAGA={"TIMEOUTS": {"MAX_DISPATCH_ATTEMPTS": 2}}):
         drain_due()
-        clock.move_to(follow_up().next_attempt_at)
+        retry_at = follow_up().next_attempt_at
+        assert retry_at is not None
+        clock.move_to(retry_at)
         assert drain_due().dead_lettered == 1
 
     row = follow_up()
