@@ -11,7 +11,7 @@ from django.contrib.messages import get_messages
 from django.test import Client
 from django.urls import reverse
 from django.utils import formats
-from django.utils.timezone import template_localtime
+from django.utils.timezone import localtime
 
 from bsft_saga import clock
 from bsft_saga.models import SagaAuditRecord, SagaInstance, SagaTimeout
@@ -296,7 +296,7 @@ def test_a_timer_waiting_for_its_retry_shows_when_it_is_tried_again(viewer: Clie
     assert [r.pk for r in listed.context["cl"].result_list] == [row.pk]
     assert "waiting for a retry" in listed.content.decode()
     assert _readonly_value(page, "next_attempt_at") == formats.localize(
-        template_localtime(retry_at)
+        localtime(retry_at)
     )
 
 
