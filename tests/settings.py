@@ -32,6 +32,7 @@ INSTALLED_APPS = [
     "rest_framework",
     "bsft_saga",
     "tests.testapp",
+    "tests.eventsapp",
 ]
 
 MIDDLEWARE = [

@@ -1,0 +1,85 @@
+"""What a fired timer and a published start event cost the database: statement and commit
+counts, pinned (issue "The dispatcher for bad days and busy days", item 4: group commit).
+
+Counts, never times: speed is measured by ``make bench``. A pass pays two commits (the claim,
+then the whole batch) however many timers it fires; each timer adds a fixed number of
+statements. These run as transactional tests, so the counts are what production sends
+(inside a test transaction every ``atomic`` would be a savepoint instead).
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+import pytest
+from django.db import connection, transaction
+from django.test.utils import CaptureQueriesContext
+
+from bsft_saga import publish
+from bsft_saga.models import SagaInstance
+from bsft_saga.timeouts import drain_due
+from tests.testapp.load_events import CountStarted
+from tests.testapp.load_flows import CountingFlow
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+#: Per fired timer: its savepoint and stamp, the woken step's read of its instance, the
+#: step's savepoint, its version-checked update, inbox row and end of the step-scoped
+#: wait, and the two savepoint releases.
+STATEMENTS_PER_FIRED_TIMER = 9
+#: Per pass: the claim's transaction (BEGIN, SELECT … FOR UPDATE SKIP LOCKED or the
+#: conditional UPDATE, the claim UPDATE or the re-read, COMMIT), the batch's BEGIN and COMMIT.
+STATEMENTS_PER_PASS = 6
+
+
+def _statements(queries: list[dict[str, Any]], prefix: str) -> int:
+    return sum(1 for query in queries if query["sql"].startswith(prefix))
+
+
+def _start_counters(n: int) -> None:
+    run = uuid.uuid4().hex[:6]
+    for i in range(n):
+        publish(CountStarted(f"stmt-{run}-{i}"))
+
+
+@pytest.mark.parametrize("timers", [3, 12])
+def test_a_pass_fires_its_batch_in_one_commit_with_a_fixed_cost_per_timer(timers: int) -> None:
+    _start_counters(timers)
+
+    with CaptureQueriesContext(connection) as captured:
+        report = drain_due()
+
+    assert report.fired == timers
+    queries = captured.captured_queries
+    assert _statements(queries, "COMMIT") == 2  # the claim, then the whole batch
+    assert len(queries) == STATEMENTS_PER_PASS + STATEMENTS_PER_FIRED_TIMER * timers
+    assert SagaInstance.objects.filter(saga_type=CountingFlow.saga_type, step_index=2).count() == (
+        timers
+    )
+
+
+def test_publishing_a_start_event_costs_one_read_and_one_commit_without_savepoints() -> None:
+    with CaptureQueriesContext(connection) as captured:
+        publish(CountStarted("stmt-start"))
+
+    queries = [query["sql"].split()[0] for query in captured.captured_queries]
+    # The instance (with its inbox check), then the instance, its inbox row and its timer.
+    assert queries == ["SELECT", "BEGIN", "INSERT", "INSERT", "INSERT", "COMMIT"]
+
+
+def test_a_start_event_inside_a_callers_transaction_adds_one_savepoint() -> None:
+    with CaptureQueriesContext(connection) as captured, transaction.atomic():
+        publish(CountStarted("stmt-nested"))
+
+    queries = [query["sql"].split()[0] for query in captured.captured_queries]
+    assert queries == [
+        "BEGIN",
+        "SELECT",
+        "SAVEPOINT",
+        "INSERT",
+        "INSERT",
+        "INSERT",
+        "RELEASE",
+        "COMMIT",
+    ]

@@ -1,0 +1,238 @@
+"""Requeueing dead letters, timers and outbox rows alike (shared/API.md "Failures heal" and
+"Hostile input": a requeue sets ``attempts`` to 0 and ``next_attempt_at`` to null; a
+step-scoped timer whose wait has ended stays dead-lettered).
+"""
+
+from __future__ import annotations
+
+import uuid
+from datetime import timedelta
+from io import StringIO
+from typing import Any
+
+import pytest
+from django.contrib.auth.models import Permission, User
+from django.contrib.messages import get_messages
+from django.core.management import CommandError, call_command
+from django.test import Client, override_settings
+from django.urls import reverse
+from freezegun.api import FrozenDateTimeFactory
+
+from bsft_saga import clock, publish
+from bsft_saga.models import SagaInstance, SagaOutboxMessage, SagaTimeout, TimeoutOutcome
+from bsft_saga.outbox import deliver_pending
+from bsft_saga.outbox import requeue_dead_lettered as requeue_outbox
+from bsft_saga.timeouts import drain_due
+from bsft_saga.timeouts.maintenance import requeue_dead_lettered
+from tests.testapp.engine_events import Unrouted
+from tests.testapp.ops_flows import make_saga, make_timeout
+from tests.testapp.timer_events import ProbeDue, ProbePoked, ProbeStarted
+from tests.testapp.timer_flows import ProbeFlow, schedule_probe_due, the_saga, timers_of
+
+pytestmark = pytest.mark.django_db
+
+DEAD = TimeoutOutcome.DEAD_LETTERED
+
+
+def _moved_on(saga: SagaInstance, step_index: int = 2) -> SagaInstance:
+    SagaInstance.objects.filter(pk=saga.pk).update(step_index=step_index)
+    return SagaInstance.objects.get(pk=saga.pk)
+
+
+def _dead(row: SagaTimeout) -> bool:
+    return SagaTimeout.objects.get(pk=row.pk).outcome == DEAD
+
+
+# --- timers ---------------------------------------------------------------------------------
+
+
+def test_a_requeue_resets_attempts_and_the_next_attempt() -> None:
+    row = make_timeout(make_saga("reset"), outcome=DEAD)
+    SagaTimeout.objects.filter(pk=row.pk).update(next_attempt_at=clock.now())
+
+    assert requeue_dead_lettered([row.pk]).requeued == 1
+
+    requeued = SagaTimeout.objects.get(pk=row.pk)
+    assert (requeued.attempts, requeued.next_attempt_at, requeued.outcome) == (0, None, None)
+
+
+def test_a_step_scoped_timer_whose_wait_has_ended_is_refused() -> None:
+    saga = make_saga("moved-on")
+    stale = make_timeout(saga, "remind", outcome=DEAD)  # scheduled for the wait at step 1
+    _moved_on(saga)
+
+    result = requeue_dead_lettered([stale.pk])
+
+    assert result.requeued == 0
+    [(pk, reason)] = result.refused
+    assert pk == stale.pk
+    assert "wait at step 1, which has ended (the saga is at step 2)" in reason
+    assert _dead(stale)
+
+
+def test_a_saga_scoped_timer_is_requeued_after_its_saga_moved_on() -> None:
+    saga = make_saga("saga-scope")
+    kept = make_timeout(saga, "remind", outcome=DEAD)
+    SagaTimeout.objects.filter(pk=kept.pk).update(scope="saga")
+    _moved_on(saga)
+
+    assert requeue_dead_lettered([kept.pk]).requeued == 1
+
+
+def test_a_step_scoped_timer_of_a_saga_still_at_its_step_is_requeued() -> None:
+    row = make_timeout(make_saga("same-step"), outcome=DEAD)
+    assert requeue_dead_lettered([row.pk]).requeued == 1
+
+
+def test_a_refused_stale_timer_cannot_wake_the_later_step(
+    clock: FrozenDateTimeFactory, record: Any, action: Any
+) -> None:
+    # The timer of the first wait dead-lettered, then the saga moved on: requeued, its event
+    # would reach the saga at a later step than the one it was scheduled for.
+    due = record(ProbeDue)
+    due.fail_with = RuntimeError("mail server down")
+    publish(ProbeStarted("p-1", action(schedule_probe_due("remind", timedelta(hours=1)))))
+    clock.tick(timedelta(hours=1))
+    with override_settings(BSFT_SAGA={"TIMEOUTS": {"MAX_DISPATCH_ATTEMPTS": 1}}):
+        assert drain_due().dead_lettered == 1
+    publish(ProbePoked("p-1"))  # the wait ends
+    [stale] = timers_of(ProbeFlow, "p-1")
+    due.fail_with = None
+
+    assert requeue_dead_lettered([stale.pk]).requeued == 0
+    assert drain_due().fired == 0
+    assert the_saga(ProbeFlow, "p-1").step_index == 2
+
+
+def test_the_command_requeues_the_others_names_the_stale_timer_and_fails() -> None:
+    saga = make_saga("cmd-moved-on")
+    stale = make_timeout(saga, outcome=DEAD)
+    _moved_on(saga)
+    fine = make_timeout(make_saga("cmd-fine"), outcome=DEAD)
+    out, err = StringIO(), StringIO()
+
+    with pytest.raises(CommandError, match=rf"1 timer\(s\) not requeued: {stale.pk}$"):
+        call_command(
+            "requeue_saga_timeouts", "--id", str(stale.pk), str(fine.pk), stdout=out, stderr=err
+        )
+
+    assert "Requeued 1 dead-lettered timer(s)." in out.getvalue()
+    assert f"refused {stale.pk}: " in err.getvalue()
+    assert "which has ended" in err.getvalue()
+    assert _dead(stale)
+    assert not _dead(fine)
+
+
+def _staff(*codenames: str) -> Client:
+    user = User.objects.create_user(f"staff-{uuid.uuid4().hex[:6]}", is_staff=True)
+    user.user_permissions.set(
+        Permission.objects.filter(content_type__app_label="bsft_saga", codename__in=codenames)
+    )
+    client = Client()
+    client.force_login(user)
+    return client
+
+
+def _messages(response: Any) -> list[tuple[str, str]]:
+    return [(m.level_tag, str(m)) for m in get_messages(response.wsgi_request)]
+
+
+def test_the_admin_action_requeues_the_others_and_warns_about_the_stale_timer() -> None:
+    saga = make_saga("admin-moved-on")
+    stale = make_timeout(saga, outcome=DEAD)
+    _moved_on(saga)
+    fine = make_timeout(make_saga("admin-fine"), outcome=DEAD)
+    operator = _staff("view_sagatimeout", "change_sagatimeout")
+
+    response = operator.post(
+        reverse("admin:bsft_saga_sagatimeout_changelist"),
+        {"action": "requeue_dead_lettered", "_selected_action": [str(stale.pk), str(fine.pk)]},
+    )
+
+    messages = _messages(response)
+    assert messages[0] == (
+        "success",
+        "1 dead-lettered timer was requeued; it fires at the next drain.",
+    )
+    assert messages[1] == ("warning", "1 timer was not requeued:")
+    assert "which has ended" in messages[2][1]
+    assert _dead(stale)
+    assert not _dead(fine)
+
+
+# --- outbox rows ----------------------------------------------------------------------------
+
+
+@pytest.fixture
+def dead_letter(record: Any) -> SagaOutboxMessage:
+    """A deferred event whose receiver failed until the row was dead-lettered."""
+    receiver = record(Unrouted)
+    receiver.fail_with = ConnectionError("warehouse unreachable")
+    publish(Unrouted("hand-off"), defer=True)  # this test's transaction never commits
+    with override_settings(BSFT_SAGA={"TIMEOUTS": {"MAX_DISPATCH_ATTEMPTS": 1}}):
+        assert deliver_pending().dead_lettered == 1
+    receiver.fail_with = None
+    return SagaOutboxMessage.objects.get()
+
+
+def test_a_requeued_outbox_row_is_delivered_by_the_next_pass(
+    dead_letter: SagaOutboxMessage, record: Any
+) -> None:
+    received = record(Unrouted)
+
+    result = requeue_outbox([dead_letter.pk])
+
+    assert (result.requeued, result.refused) == (1, [])
+    row = SagaOutboxMessage.objects.get()
+    assert (row.dead_lettered_at, row.attempts, row.next_attempt_at) == (None, 0, None)
+    assert "warehouse unreachable" in row.last_error  # why it failed stays visible
+    assert deliver_pending().delivered == 1
+    assert [e.message_id for e in received.envelopes] == [dead_letter.pk]
+
+
+def test_requeue_saga_outbox_requeues_every_dead_letter(dead_letter: SagaOutboxMessage) -> None:
+    out = StringIO()
+
+    call_command("requeue_saga_outbox", "--all-dead-lettered", stdout=out)
+
+    assert out.getvalue() == "Requeued 1 dead-lettered outbox message(s).\n"
+    assert SagaOutboxMessage.objects.get().dead_lettered_at is None
+
+
+def test_requeue_saga_outbox_names_what_it_refused_and_fails(
+    dead_letter: SagaOutboxMessage,
+) -> None:
+    unknown = uuid.uuid4()
+    out, err = StringIO(), StringIO()
+
+    with pytest.raises(CommandError, match=rf"1 outbox message\(s\) not requeued: {unknown}"):
+        call_command(
+            "requeue_saga_outbox", "--id", str(dead_letter.pk), str(unknown), stdout=out, stderr=err
+        )
+
+    assert f"refused {unknown}: outbox message {unknown} does not exist" in err.getvalue()
+    assert SagaOutboxMessage.objects.get().dead_lettered_at is None
+
+
+def test_requeue_saga_outbox_ids_must_be_message_ids() -> None:
+    with pytest.raises(CommandError, match="--id: 'abc' is not a message id"):
+        call_command("requeue_saga_outbox", "--id", "abc")
+
+
+def test_the_outbox_admin_action_requeues_for_holders_of_the_change_permission(
+    dead_letter: SagaOutboxMessage,
+) -> None:
+    url = reverse("admin:bsft_saga_sagaoutboxmessage_changelist")
+    data = {"action": "requeue_dead_lettered", "_selected_action": [str(dead_letter.pk)]}
+    viewer = _staff("view_sagaoutboxmessage")
+    operator = _staff("view_sagaoutboxmessage", "change_sagaoutboxmessage")
+
+    assert viewer.get(url).context["action_form"] is None  # no action to offer a viewer
+    viewer.post(url, data)
+    assert SagaOutboxMessage.objects.get().dead_lettered_at is not None
+    response = operator.post(url, data)
+
+    assert _messages(response) == [
+        ("success", "1 dead-lettered outbox message was requeued; the next drain delivers it.")
+    ]
+    assert SagaOutboxMessage.objects.get().dead_lettered_at is None
