@@ -43,7 +43,7 @@ from typing import Final
 
 from opentelemetry import metrics, trace
 from opentelemetry.metrics import Counter, Histogram, Meter
-from opentelemetry.trace import Span, Tracer
+from opentelemetry.trace import Span, Status, StatusCode, Tracer
 from opentelemetry.util.types import Attributes
 
 from bsft_saga import __version__
@@ -170,7 +170,7 @@ def step_span(saga_type: str, *, step_index: int, event_type: str) -> Iterator[S
     )
     started = time.perf_counter()
     try:
-        with _tracer().start_as_current_span("saga.step", attributes=attributes) as span:
+        with _span("saga.step", attributes) as span:
             yield span
     finally:
         _step_duration().record(time.perf_counter() - started, {ATTR_SAGA_TYPE: saga_type})
@@ -184,5 +184,31 @@ def timeout_span(saga_type: str, timeout_name: str) -> Iterator[Span]:
     it, which gets an error status, and is re-raised.
     """
     attributes = _span_attributes({ATTR_SAGA_TYPE: saga_type, ATTR_TIMEOUT_NAME: timeout_name})
-    with _tracer().start_as_current_span("saga.timeout", attributes=attributes) as span:
+    with _span("saga.timeout", attributes) as span:
         yield span
+
+
+@contextmanager
+def _span(name: str, attributes: Attributes) -> Iterator[Span]:
+    # The SDK's own recording calls str() on the exception; one whose __str__ raises would
+    # then replace the exception the caller must see (and count as the row's failure).
+    with _tracer().start_as_current_span(
+        name, attributes=attributes, record_exception=False, set_status_on_exception=False
+    ) as span:
+        try:
+            yield span
+        except BaseException as exc:
+            _record_error(span, exc)
+            raise
+
+
+def _record_error(span: Span, exc: BaseException) -> None:
+    try:
+        description = f"{type(exc).__name__}: {exc}"
+    except Exception:
+        description = type(exc).__name__
+    span.set_status(Status(StatusCode.ERROR, description))
+    try:
+        span.record_exception(exc)
+    except Exception:
+        span.add_event("exception", {"exception.type": type(exc).__name__})
