@@ -23,7 +23,7 @@ from django.db import transaction
 
 from bsft_saga import clock
 from bsft_saga.conf import saga_settings
-from bsft_saga.delivery import batch, requeue
+from bsft_saga.delivery import batch, recovery, requeue
 from bsft_saga.delivery.batch import Outcome
 from bsft_saga.delivery.channel import Channel
 from bsft_saga.delivery.requeue import RequeueResult
@@ -73,6 +73,9 @@ class OutboxChannel(Channel[SagaOutboxMessage]):
 
     def open_rows(self) -> SagaOutboxQuerySet:
         return SagaOutboxMessage.objects.undelivered()
+
+    def delivered_rows(self) -> SagaOutboxQuerySet:
+        return SagaOutboxMessage.objects.delivered()
 
     def delivered(self, now: datetime) -> dict[str, Any]:
         return {"delivered_at": now}
@@ -161,19 +164,21 @@ def _deliver_claimed(
     if not limit:
         return DeliveryReport()
     config = saga_settings.timeouts
+    recovered = recovery.give_back(channel) if recovery.waiting(channel) else recovery.GivenBack()
     token = uuid.uuid4()
     moment = now or clock.now()
-    rows = batch.claim(
-        channel, limit=limit, token=token, now=moment, lease=config.claim_lease, only=only
-    )
-    skipped = len(only) - len(rows) if only is not None else 0
-    if not rows:
-        return DeliveryReport(unclaimed=skipped)
-    with transaction.atomic():
-        delivered = batch.deliver(channel, rows, token, config)
+    with recovery.guarding(channel, token):
+        rows = batch.claim(
+            channel, limit=limit, token=token, now=moment, lease=config.claim_lease, only=only
+        )
+        skipped = len(only) - len(rows) if only is not None else 0
+        if not rows:
+            return DeliveryReport(delivered=recovered.delivered, unclaimed=skipped)
+        with transaction.atomic():
+            delivered = batch.deliver(channel, rows, token, config)
     batch.count_outcomes(channel, delivered)
     return DeliveryReport(
-        delivered=delivered.count(Outcome.DELIVERED),
+        delivered=recovered.delivered + delivered.count(Outcome.DELIVERED),
         failed=delivered.count(Outcome.FAILED),
         dead_lettered=delivered.count(Outcome.DEAD_LETTERED),
         unclaimed=skipped + delivered.count(Outcome.UNCLAIMED),

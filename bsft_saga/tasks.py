@@ -23,10 +23,25 @@ logger = logging.getLogger(__name__)
 DRAIN_TASK = "bsft_saga.tasks.drain_saga_timeouts"
 
 
-@shared_task(name=DRAIN_TASK, ignore_result=True)
+# Both tasks are acknowledged only once they ran (acks_late), and a worker process that is
+# killed while running one hands the message back to the broker (reject_on_worker_lost), so
+# a SIGKILLed worker delays a delivery rather than losing it. Running either twice is safe:
+# every row is claimed before it is delivered.
+# After a pass lost its database connection, wait this long before the next try.
+RECONNECT_PAUSE = 0.5
+
+
+@shared_task(name=DRAIN_TASK, acks_late=True, reject_on_worker_lost=True, ignore_result=True)
 def drain_saga_timeouts() -> dict[str, int]:
     """Drain due timers and undelivered outbox rows, pass after pass, while there is work,
-    for at most one ``POLL_INTERVAL`` (the next beat tick takes over from there)."""
+    for at most one ``POLL_INTERVAL`` (the next beat tick takes over from there).
+
+    A pass that loses its database connection (a failover) does not end the run: the
+    connection is replaced and the next pass first gives back what the lost one had
+    claimed, so those timers fire in this run once the database answers again.
+    """
+    from django.db import DatabaseError, close_old_connections
+
     from bsft_saga.draining import drain_pass
     from bsft_saga.outbox import DeliveryReport
     from bsft_saga.timeouts.dispatcher import DrainReport
@@ -35,7 +50,15 @@ def drain_saga_timeouts() -> dict[str, int]:
     started = time.monotonic()
     total, deliveries = DrainReport(), DeliveryReport()
     while True:
-        report = drain_pass()
+        try:
+            report = drain_pass()
+        except DatabaseError:
+            logger.exception("bsft_saga drain: a pass lost its database connection")
+            close_old_connections()
+            if time.monotonic() - started + RECONNECT_PAUSE >= budget:
+                break
+            time.sleep(RECONNECT_PAUSE)
+            continue
         total += report.timers
         deliveries += report.outbox
         if not report.found_work or time.monotonic() - started >= budget:
@@ -45,7 +68,12 @@ def drain_saga_timeouts() -> dict[str, int]:
     return {**asdict(total), "delivered": deliveries.delivered}
 
 
-@shared_task(name="bsft_saga.tasks.deliver_event", ignore_result=True)
+@shared_task(
+    name="bsft_saga.tasks.deliver_event",
+    acks_late=True,
+    reject_on_worker_lost=True,
+    ignore_result=True,
+)
 def deliver_event(message_id: str) -> int:
     """Deliver one outbox row (a ``publish(..., defer=True)`` event); returns 1 if published."""
     from bsft_saga import outbox

@@ -295,9 +295,7 @@ def test_a_timer_waiting_for_its_retry_shows_when_it_is_tried_again(viewer: Clie
 
     assert [r.pk for r in listed.context["cl"].result_list] == [row.pk]
     assert "waiting for a retry" in listed.content.decode()
-    assert _readonly_value(page, "next_attempt_at") == formats.localize(
-        localtime(retry_at)
-    )
+    assert _readonly_value(page, "next_attempt_at") == formats.localize(localtime(retry_at))
 
 
 def _readonly_value(page: Any, field_name: str) -> str:

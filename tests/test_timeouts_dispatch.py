@@ -645,6 +645,8 @@ def test_a_keyboard_interrupt_from_a_receiver_stops_the_pass(
     assert len(reminders.envelopes) == 1
     assert all(row.is_pending for row in timers_of(QuoteFlow, "q-1"))
     assert all(row.attempts == 0 for row in timers_of(QuoteFlow, "q-1"))
+    # The shutdown gave its claims back: the next dispatcher need not wait for the lease.
+    assert all(row.claim_token is None for row in timers_of(QuoteFlow, "q-1"))
 
 
 # --- the report ------------------------------------------------------------------------------

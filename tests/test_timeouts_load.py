@@ -18,18 +18,15 @@ from django.utils import timezone
 
 from bsft_saga import publish
 from bsft_saga.events import codec
-from bsft_saga.events.registry import event_type_of
-from bsft_saga.flows.registry import flow_registry
 from bsft_saga.models import (
-    SagaInboxEntry,
     SagaInstance,
     SagaTimeout,
     TimeoutOutcome,
-    TimeoutScope,
 )
 from tests.services import require_postgres_backend
+from tests.testapp.bulk import bulk_start_counters
 from tests.testapp.load_events import CountStarted, CountWake
-from tests.testapp.load_flows import RACE_TIMER, WAKE_TIMER, CountingFlow, RaceFlow
+from tests.testapp.load_flows import RACE_TIMER, CountingFlow, RaceFlow
 from tests.workers.timer_support import supervised
 
 BACKLOG = 10_000
@@ -39,65 +36,6 @@ RACE_KEYS = 40
 # About a minute on an idle 2-core box; the bounds leave room for a busy one, so that only a
 # wrong result fails the test, never a slow machine (a hang still ends at these bounds).
 DRAIN_SECONDS = 420
-
-
-def _bulk_start_counters(keys: list[str], now: datetime) -> None:
-    """Write what publishing ``CountStarted(key)`` writes, for every key, in bulk.
-
-    Publishing 10,000 start events takes about a minute (roughly 200 a second on
-    PostgreSQL), so the backlog is inserted directly: per key, the instance after its start
-    step (version 1, step_index 1, state as the codec writes it), the start event's inbox
-    row, and the wake-up timer exactly as ``timeouts.store.schedule`` writes it, due now.
-    ``test_bulk_rows_have_the_shape_the_engine_writes`` pins that equivalence.
-    """
-    flow = flow_registry.get(CountingFlow)
-    instances, inbox, timers = [], [], []
-    for key in keys:
-        saga_id = uuid.uuid4()
-        instances.append(
-            SagaInstance(
-                id=saga_id,
-                saga_type=flow.saga_type,
-                correlation_key=key,
-                state_type=flow.state_type,
-                state=codec.encode(flow.new_state()),
-                step_index=1,
-                is_complete=False,
-                created_at=now,
-                updated_at=now,
-                completed_at=None,
-                deadline=None,
-                version=1,
-            )
-        )
-        inbox.append(
-            SagaInboxEntry(
-                saga_id=saga_id,
-                message_id=uuid.uuid4(),
-                event_type=event_type_of(CountStarted),
-                handled_at=now,
-            )
-        )
-        timers.append(
-            SagaTimeout(
-                saga_id=saga_id,
-                name=WAKE_TIMER,
-                due_at=now,
-                event_type=event_type_of(CountWake),
-                payload=codec.encode(CountWake(key)),
-                message_id=uuid.uuid4(),
-                calendar_key="",
-                correlation_id="",
-                scope=TimeoutScope.STEP,
-                scheduled_step_index=1,
-                scheduled_at=now,
-                attempts=0,
-                last_error="",
-            )
-        )
-    SagaInstance.objects.bulk_create(instances, batch_size=2000)
-    SagaInboxEntry.objects.bulk_create(inbox, batch_size=2000)
-    SagaTimeout.objects.bulk_create(timers, batch_size=2000)
 
 
 _VOLATILE = {"id", "saga_id", "correlation_key", "message_id", "payload"}
@@ -127,7 +65,7 @@ def _shape(saga: SagaInstance) -> dict[str, Any]:
 def test_bulk_rows_have_the_shape_the_engine_writes() -> None:
     publish(CountStarted("by-engine"))
     by_engine = SagaInstance.objects.get(correlation_key="by-engine")
-    _bulk_start_counters(["in-bulk"], by_engine.created_at)
+    bulk_start_counters(["in-bulk"], by_engine.created_at)
     in_bulk = SagaInstance.objects.get(correlation_key="in-bulk")
 
     assert _shape(in_bulk) == {**_shape(by_engine), "payloads": [CountWake("in-bulk")]}
@@ -140,7 +78,7 @@ def test_four_dispatchers_fire_ten_thousand_due_timers_exactly_once(
 ) -> None:
     require_postgres_backend()
     keys = [f"load-{i:05d}" for i in range(BACKLOG)]
-    _bulk_start_counters(keys, timezone.now())
+    bulk_start_counters(keys, timezone.now())
 
     with supervised(subprocess_env, tmp_path) as children:
         names = [f"dispatcher-{n}" for n in range(DISPATCHERS)]

@@ -47,6 +47,10 @@ class Channel(ABC, Generic[R]):
         """Rows still to be delivered (the only ones a claim can hold)."""
 
     @abstractmethod
+    def delivered_rows(self) -> DeliveryQuerySet[R]:
+        """Rows retired as delivered (a fired timer, a delivered outbox message)."""
+
+    @abstractmethod
     def delivered(self, now: datetime) -> dict[str, Any]:
         """The table's own column values that retire a delivered row.
 

@@ -35,6 +35,9 @@ class TimerChannel(Channel[SagaTimeout]):
     def open_rows(self) -> SagaTimeoutQuerySet:
         return SagaTimeout.objects.pending()
 
+    def delivered_rows(self) -> SagaTimeoutQuerySet:
+        return SagaTimeout.objects.filter(outcome=TimeoutOutcome.FIRED)
+
     def delivered(self, now: datetime) -> dict[str, Any]:
         return {"dispatched_at": now, "outcome": TimeoutOutcome.FIRED}
 

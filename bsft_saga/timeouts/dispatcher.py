@@ -26,6 +26,7 @@ from django.db import transaction
 
 from bsft_saga import clock, telemetry
 from bsft_saga.conf import saga_settings
+from bsft_saga.delivery import recovery
 from bsft_saga.delivery.batch import Outcome, claim, count_outcomes, deliver
 from bsft_saga.models import SagaTimeout, TimeoutOutcome
 from bsft_saga.timeouts.catch_up import select_missed
@@ -69,34 +70,38 @@ def drain_due(*, batch_size: int | None = None, now: datetime | None = None) -> 
     Safe to run from many processes at once: concurrent passes claim disjoint rows. A
     failing timer is counted, logged and retried after its back-off (or dead-lettered); it
     never stops the pass. ``KeyboardInterrupt``/``SystemExit`` (a shutdown) and a lost
-    database connection escape; the batch then rolls back and its rows are claimed again
-    once the lease has passed.
+    database connection escape; the batch then rolls back and its claimed rows are given
+    back: at once after a shutdown, and after a lost connection by the next pass of this
+    process that reaches the database (which then also counts, in ``fired``, rows whose
+    batch turned out to have committed). A process killed outright leaves them to the lease.
     """
     config = saga_settings.timeouts
     moment = now or clock.now()
+    recovered = recovery.give_back(TIMERS) if recovery.waiting(TIMERS) else recovery.GivenBack()
     token = uuid.uuid4()
-    rows = claim(
-        TIMERS,
-        limit=batch_size or config.batch_size,
-        token=token,
-        now=moment,
-        lease=config.claim_lease,
-    )
-    if not rows:
-        return DrainReport()
-    # The policy reads before the batch's transaction opens: on SQLite a transaction that
-    # reads first and writes later can be refused the write lock.
-    missed_ids = select_missed(rows, config, moment)
-    with transaction.atomic():
-        missed = _stamp_missed([row for row in rows if row.pk in missed_ids], token)
-        delivered = deliver(
-            TIMERS, [row for row in rows if row.pk not in missed_ids], token, config
+    with recovery.guarding(TIMERS, token):
+        rows = claim(
+            TIMERS,
+            limit=batch_size or config.batch_size,
+            token=token,
+            now=moment,
+            lease=config.claim_lease,
         )
+        if not rows:
+            return DrainReport(fired=recovered.delivered)
+        # The policy reads before the batch's transaction opens: on SQLite a transaction
+        # that reads first and writes later can be refused the write lock.
+        missed_ids = select_missed(rows, config, moment)
+        with transaction.atomic():
+            missed = _stamp_missed([row for row in rows if row.pk in missed_ids], token)
+            delivered = deliver(
+                TIMERS, [row for row in rows if row.pk not in missed_ids], token, config
+            )
     for row in missed:
         telemetry.count("timeout.missed", row.saga.saga_type)
     count_outcomes(TIMERS, delivered)
     return DrainReport(
-        fired=delivered.count(Outcome.DELIVERED),
+        fired=recovered.delivered + delivered.count(Outcome.DELIVERED),
         missed=len(missed),
         failed=delivered.count(Outcome.FAILED),
         dead_lettered=delivered.count(Outcome.DEAD_LETTERED),

@@ -1,0 +1,114 @@
+"""Child process: ``manage.py drain_saga_timeouts --loop``, pausable at one point of a pass.
+
+Run as ``python tests/workers/drain_loop.py [options]`` with the environment of the
+``subprocess_env`` fixture; SIGTERM ends the loop, which prints its totals line last. For
+the failover tests (PostgreSQL): the child pauses once at ``--pause-at`` after
+``--pause-after`` timers have been stamped fired, writes its database backend's pid to
+``--pause-file``, and goes on once ``--resume-file`` exists. The parent terminates that
+backend meanwhile (``pg_terminate_backend``), as a failover or a restart would.
+
+Pause points:
+
+``claim``
+    before the claim's UPDATE, inside the claim's transaction;
+``window``
+    before a woken step's version-checked UPDATE of its instance, inside the batch;
+``commit``
+    before the COMMIT of a batch that stamped timers fired.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+POINTS = ("claim", "window", "commit")
+CLAIM_SQL = 'UPDATE "bsft_saga_sagatimeout" SET "claim_token"'
+STAMP_SQL = 'UPDATE "bsft_saga_sagatimeout" SET "dispatched_at"'
+INSTANCE_UPDATE_SQL = 'UPDATE "bsft_saga_sagainstance" SET'
+
+
+class Pause:
+    """Counts fired stamps and pauses the process once, at the chosen point."""
+
+    def __init__(self, args: argparse.Namespace) -> None:
+        self.point: str | None = args.pause_at
+        self.after: int = args.pause_after
+        self.pause_file: Path | None = args.pause_file
+        self.resume_file: Path | None = args.resume_file
+        self.stamped = 0
+        self.stamped_since_commit = 0
+        self.done = False
+
+    def __call__(self, execute: Any, sql: str, params: Any, many: bool, context: Any) -> Any:
+        if sql.startswith(STAMP_SQL) and "fired" in [str(p) for p in params or ()]:
+            self.stamped += 1
+            self.stamped_since_commit += 1
+        if (self.point == "claim" and sql.startswith(CLAIM_SQL)) or (
+            self.point == "window" and sql.startswith(INSTANCE_UPDATE_SQL)
+        ):
+            self.maybe_pause(context["connection"])
+        return execute(sql, params, many, context)
+
+    def wrap_commit(self, connection: Any) -> None:
+        """Pause before a batch's COMMIT (Django calls ``connection.commit()`` for it)."""
+        commit = connection.commit
+
+        def paused_commit() -> None:
+            if self.point == "commit" and self.stamped_since_commit:
+                self.maybe_pause(connection)
+            self.stamped_since_commit = 0
+            commit()
+
+        connection.commit = paused_commit
+
+    def maybe_pause(self, connection: Any) -> None:
+        if self.done or self.stamped < self.after:
+            return
+        self.done = True
+        assert self.pause_file is not None
+        assert self.resume_file is not None
+        with connection.connection.cursor() as cursor:  # the raw driver: no wrapper recursion
+            cursor.execute("SELECT pg_backend_pid()")
+            (pid,) = cursor.fetchone()
+        self.pause_file.write_text(str(pid))
+        deadline = time.monotonic() + 120
+        while not self.resume_file.exists():
+            if time.monotonic() > deadline:
+                print("drain_loop: never resumed", file=sys.stderr)
+                sys.exit(3)
+            time.sleep(0.01)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--batch-size", type=int, default=None)
+    parser.add_argument("--pause-at", choices=POINTS)
+    parser.add_argument("--pause-after", type=int, default=0)
+    parser.add_argument("--pause-file", type=Path)
+    parser.add_argument("--resume-file", type=Path)
+    args = parser.parse_args()
+
+    import django
+
+    django.setup()
+
+    from django.core.management import call_command
+    from django.db import connection
+
+    pause = Pause(args)
+    connection.ensure_connection()
+    pause.wrap_commit(connection)
+    options = ["--loop", "-v", "2"]
+    if args.batch_size:
+        options += ["--batch-size", str(args.batch_size)]
+    with connection.execute_wrapper(pause):
+        call_command("drain_saga_timeouts", *options, stdout=sys.stdout, stderr=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
