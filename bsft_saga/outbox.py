@@ -24,7 +24,7 @@ from bsft_saga import clock
 from bsft_saga.conf import saga_settings
 from bsft_saga.events import codec
 from bsft_saga.events.envelope import Envelope
-from bsft_saga.events.registry import event_class
+from bsft_saga.events.registry import event_class, event_type_of
 from bsft_saga.events.sending import send_envelope
 from bsft_saga.exceptions import failure_reason
 from bsft_saga.models import SagaOutboxMessage
@@ -141,11 +141,12 @@ def _record_failure(mine: SagaOutboxQuerySet, exc: Exception) -> DeliveryReport:
 
 def envelope_of(row: SagaOutboxMessage) -> Envelope:
     """Rebuild the envelope a row publishes; ``UnknownEventType`` if its type is gone."""
-    event: object = codec.decode(event_class(row.event_type), row.payload)
+    cls = event_class(row.event_type)
+    event: object = codec.decode(cls, row.payload)
     return Envelope(
         message_id=row.pk,
         event=event,
-        event_type=row.event_type,
+        event_type=event_type_of(cls),  # the primary name, also for a row stored under an alias
         correlation_id=row.correlation_id or None,
         causation_id=row.causation_id,
         deadline=row.deadline,

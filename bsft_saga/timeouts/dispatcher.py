@@ -30,7 +30,7 @@ from bsft_saga import clock, telemetry
 from bsft_saga.conf import TimeoutSettings, saga_settings
 from bsft_saga.events import codec
 from bsft_saga.events.envelope import Envelope, TimerOrigin
-from bsft_saga.events.registry import event_class
+from bsft_saga.events.registry import event_class, event_type_of
 from bsft_saga.events.sending import send_envelope
 from bsft_saga.exceptions import failure_reason
 from bsft_saga.models import SagaTimeout, TimeoutOutcome
@@ -192,7 +192,7 @@ def _envelope(row: SagaTimeout, token: uuid.UUID) -> Envelope:
     return Envelope(
         message_id=row.message_id,
         event=event,
-        event_type=row.event_type,
+        event_type=event_type_of(cls),  # the primary name, also for a row stored under an alias
         correlation_id=row.correlation_id or None,
         causation_id=None,
         deadline=row.saga.deadline,
