@@ -119,8 +119,8 @@ def _plan_step(
     """Find the instance for ``key`` and the step that takes the event, or drop it."""
     instance = SagaInstance.objects.active().for_key(flow.saga_type, key).first()
     if instance is None:
-        if 0 not in step_indices:
-            return None  # not a start event, and nothing awaits it
+        if 0 not in step_indices or not flow_registry.is_current(flow):
+            return None  # not a start event (new instances start on the current version)
         handled_by_key = SagaInboxEntry.objects.filter(
             saga__saga_type=flow.saga_type,
             saga__correlation_key=key,
@@ -139,6 +139,8 @@ def _plan_step(
             bodies=flow.steps[0].bodies,
             advance=True,
         )
+    if flow_registry.definition_for(flow.saga_type, instance.flow_version) is not flow:
+        return None  # the definition of the instance's own version handles the event
     if instance.step_index not in step_indices:
         return None  # step guard: the current step does not await this event
     if _handled(instance, envelope):
@@ -195,6 +197,7 @@ def _run_and_commit(flow: FlowDefinition, plan: _Plan, envelope: Envelope) -> No
             correlation_key=plan.correlation_key,
             state_type=flow.state_type,
             state=codec.encode(ctx.state),
+            flow_version=flow.version,
             is_new=plan.is_new,
             expected_version=plan.version,
             step_index=step_index,
@@ -238,15 +241,16 @@ def _handle_deadline(envelope: Envelope) -> None:
     """Run ``on_expired`` of the instance the deadline timer belongs to, at any step."""
     event = envelope.event
     assert isinstance(event, DeadlineExpired)
-    try:
-        flow = flow_registry.get(event.saga_type)
-    except LookupError:
-        logger.warning("bsft_saga: deadline of a %s saga, whose flow is not registered", event)
-        return
+    saga_id = uuid.UUID(event.saga_id)
+    active = SagaInstance.objects.active().filter(pk=saga_id)
+    flow_version = active.values_list("flow_version", flat=True).first()
+    if flow_version is None:
+        return  # completed before its deadline
+    # UnknownFlowVersion if no installed flow declares it: the timer is retried, not dropped.
+    flow = flow_registry.definition_for(event.saga_type, flow_version)
     deadline = flow.deadline
     if deadline is None:
         return
-    saga_id = uuid.UUID(event.saga_id)
 
     def plan() -> _Plan | None:
         instance = SagaInstance.objects.active().filter(pk=saga_id).first()

@@ -40,6 +40,7 @@ class Transition:
     correlation_key: str
     state_type: str
     state: dict[str, Any]
+    flow_version: int  # stored on a new instance; an existing one keeps its own
     is_new: bool
     expected_version: int  # ignored when is_new
     step_index: int
@@ -105,6 +106,7 @@ def _write_instance(t: Transition) -> None:
                     created_at=t.now,
                     deadline=t.deadline,
                     version=1,
+                    flow_version=t.flow_version,
                     **fields,
                 )
         except IntegrityError:
