@@ -109,6 +109,26 @@ def check_skip_locked(
     ]
 
 
+@register(Tags.database, deploy=False)
+def check_stored_rows(
+    app_configs: Any = None, databases: Any = None, **kwargs: Any
+) -> list[CheckMessage]:
+    """E050-E054, only with ``--database`` (and during ``migrate``): rows a deploy left
+    behind that the installed code cannot run. Instances on an undeclared flow version
+    (E050) or past their version's last step (E051) never move again; timers and outbox
+    rows of an event type nobody knows (E052, E053) fail every attempt until they are
+    dead-lettered; state that no longer decodes (E054) fails the instance's next step."""
+    if not databases:
+        return []  # no queries at startup
+    from bsft_saga.stored_rows import find_problems
+
+    return [
+        Error(problem.message, hint=problem.hint, obj=problem.model, id=problem.check_id)
+        for alias in databases
+        for problem in find_problems(alias)
+    ]
+
+
 @register(Tags.security)
 def check_audit_recorder(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
     """E030: serving saga content (state, timer payloads) with no audit recorder behind it
