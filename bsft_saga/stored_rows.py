@@ -6,7 +6,9 @@ finding counts the rows, names what they have in common (a saga type and version
 event type) and gives one example id to look at:
 
 - E050: active instances on a ``(saga_type, flow_version)`` that no installed flow declares;
-- E051: active instances whose ``step_index`` is past the last step of their version;
+- E051: active instances whose ``step_index`` is past the last step of their version
+  (for a ``complete()`` flow, also those that handled the last step and did not complete:
+  they were waiting for a step that a release removed);
 - E052: pending or dead-lettered timers whose event type no ``@event`` name or alias knows;
 - E053: undelivered outbox rows (dead-lettered ones included) of such an event type;
 - E054: active instances whose state no longer decodes with their version's state class,
@@ -85,7 +87,7 @@ def _instance_problems(using: str, *, sample_size: int) -> Iterator[StoredRowPro
         except LookupError as exc:
             yield _undeclared_version(saga_type, flow_version, count, on_version, exc)
             continue
-        if highest_step > len(definition.steps):
+        if highest_step >= _first_step_index_past_the_end(definition):
             yield _past_last_step(definition, on_version)
         undecodable = _undecodable_state(definition, on_version, sample_size)
         if undecodable is not None:
@@ -113,9 +115,17 @@ def _undeclared_version(
     )
 
 
+def _first_step_index_past_the_end(definition: FlowDefinition) -> int:
+    # A complete() flow completes in the commit of its last step, so an active instance
+    # that has handled as many steps as there are waits for one a release removed.
+    # A build() flow stays active after its last step until a body calls mark_complete().
+    steps = len(definition.steps)
+    return steps if definition.auto_complete else steps + 1
+
+
 def _past_last_step(definition: FlowDefinition, rows: Any) -> StoredRowProblem:
     steps = len(definition.steps)
-    past = rows.filter(step_index__gt=steps)
+    past = rows.filter(step_index__gte=_first_step_index_past_the_end(definition))
     count = past.count()
     return StoredRowProblem(
         "bsft_saga.E051",

@@ -27,6 +27,7 @@ from bsft_saga import clock, publish
 from bsft_saga.models import SagaInstance, SagaOutboxMessage, SagaTimeout
 from bsft_saga.stored_rows import find_problems, migrations_applied
 from tests.deploys import running_release
+from tests.testapp.ops_events import ApprovalRequested, Approved
 from tests.testapp.ops_flows import make_saga, make_timeout
 from tests.testapp.parcel_events import ParcelOrdered, ParcelWeighed
 from tests.testapp.parcel_flows import COLLECTION_TIMER, ParcelFlowV1
@@ -125,11 +126,11 @@ def test_instances_of_a_saga_type_no_flow_installs_any_more_are_e050() -> None:
 
 @pytest.mark.django_db
 def test_instances_past_the_last_step_of_their_version_are_e051() -> None:
-    start_on_v1("p-1", "p-4")
+    start_on_v1("p-1", "p-4", "p-5")
     publish(ParcelOrdered("p-2"))
-    # Version 1 has 3 steps; an older release of it had more, and these got that far.
+    # Version 1 has 3 steps; an older release of it had a fourth, and these got that far.
     SagaInstance.objects.filter(correlation_key="p-1").update(step_index=4)
-    SagaInstance.objects.filter(correlation_key="p-2").update(step_index=4)  # v2 has 4: fine
+    SagaInstance.objects.filter(correlation_key="p-2").update(step_index=3)  # v2 has 4: fine
 
     [error] = database_errors()
 
@@ -141,6 +142,27 @@ def test_instances_past_the_last_step_of_their_version_are_e051() -> None:
     )
     assert "tests.testapp.parcel_flows.ParcelFlowV1 (version 1)" in str(error.hint)
     assert "previous_versions" in str(error.hint)
+
+
+@pytest.mark.django_db
+def test_an_active_complete_flow_instance_that_handled_its_last_step_is_e051() -> None:
+    start_on_v1("p-1")
+    # It was waiting for a fourth step that a release removed from version 1 in place.
+    SagaInstance.objects.filter(correlation_key="p-1").update(step_index=3)
+
+    [error] = database_errors()
+
+    assert error.id == "bsft_saga.E051"
+    assert f"e.g. instance {parcel('p-1').pk}" in error.msg
+
+
+@pytest.mark.django_db
+def test_a_build_flow_instance_after_its_last_step_awaits_mark_complete_and_passes() -> None:
+    publish(ApprovalRequested("a-1"))
+    publish(Approved("a-1"))  # not urgent: stays active until something completes it
+
+    assert SagaInstance.objects.active().get(correlation_key="a-1").step_index == 2
+    assert database_errors() == []
 
 
 @pytest.mark.django_db
