@@ -16,14 +16,17 @@ from datetime import UTC, datetime
 import pytest
 
 from bsft_saga import UnknownFlowVersion
+from bsft_saga.checks import check_flows, check_stored_rows
 from bsft_saga.models import SagaInboxEntry, SagaInstance, SagaTimeout, TimeoutOutcome
 from bsft_saga.testing import SagaHarness
 from bsft_saga.timeouts.requests import DEADLINE_TIMER_NAME
 from tests.deploys import running_release
-from tests.testapp.parcel_events import ParcelDelivered, ParcelOrdered, ParcelWeighed
+from tests.testapp import parcel_release3
+from tests.testapp.parcel_events import ParcelDelivered, ParcelOrdered, ParcelSigned, ParcelWeighed
 from tests.testapp.parcel_flows import (
     COLLECTION_TIMER,
     DELIVERY_BUDGET,
+    SAGA_TYPE,
     V1_COLLECTION_DELAY,
     V2_COLLECTION_DELAY,
     ParcelFlow,
@@ -44,7 +47,7 @@ def harness(transactional_db: None) -> Iterator[SagaHarness]:
 
 
 def saga(harness: SagaHarness, key: str) -> SagaInstance:
-    found = harness.get_saga(ParcelFlow, key)
+    found = harness.get_saga(SAGA_TYPE, key)
     assert found is not None
     return found
 
@@ -175,6 +178,57 @@ def test_a_timer_scheduled_now_stores_the_new_event_name(harness: SagaHarness) -
 
     timer = SagaTimeout.objects.get(name=COLLECTION_TIMER)
     assert timer.event_type == COLLECTION_EVENT
+
+
+# --- everyday changes: a step added at the end, a state field with a default -------------------
+
+
+def at_delivery_on_v2(harness: SagaHarness, key: str) -> None:
+    harness.publish(ParcelOrdered(key))
+    harness.publish(ParcelWeighed(key, grams=700))
+    harness.advance_time(V2_COLLECTION_DELAY)
+
+
+def test_an_instance_in_flight_goes_on_to_a_step_added_at_the_end(harness: SagaHarness) -> None:
+    at_delivery_on_v2(harness, "p-2")
+
+    with running_release(parcel_release3.ParcelFlow):
+        harness.publish(ParcelDelivered("p-2"))
+        waiting = saga(harness, "p-2")
+        harness.publish(ParcelSigned("p-2", signed_by="R. Recipient"))
+        state = harness.state(SAGA_TYPE, "p-2")
+
+    assert (waiting.step_index, waiting.is_complete) == (4, False)
+    assert saga(harness, "p-2").is_complete
+    assert state == parcel_release3.ParcelState(
+        log=["v2 ordered", "v2 weighed", "v2 collected", "v2 delivered"],
+        grams=700,
+        signed_by="R. Recipient",
+    )
+
+
+def test_state_stored_before_a_field_was_added_decodes_with_its_default(
+    harness: SagaHarness,
+) -> None:
+    at_delivery_on_v2(harness, "p-2")
+
+    with running_release(parcel_release3.ParcelFlow):
+        state = harness.state(SAGA_TYPE, "p-2")
+
+    assert state == parcel_release3.ParcelState(
+        log=["v2 ordered", "v2 weighed", "v2 collected"], grams=700, signed_by=""
+    )
+
+
+def test_a_release_with_only_everyday_changes_passes_the_database_checks(
+    harness: SagaHarness,
+) -> None:
+    start_on_v1(harness, "p-1")
+    at_delivery_on_v2(harness, "p-2")
+
+    with running_release(parcel_release3.ParcelFlow):
+        assert check_flows() == []
+        assert check_stored_rows(databases=["default"]) == []
 
 
 # --- a version no installed flow declares (a rolled-back deploy) -------------------------------

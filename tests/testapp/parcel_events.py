@@ -33,3 +33,12 @@ class CollectionDue:
 @dataclass(frozen=True)
 class ParcelDelivered:
     parcel_id: str
+
+
+@event("tests.parcel.signed")
+@dataclass(frozen=True)
+class ParcelSigned:
+    """Awaited by the step that the release after version 2 adds at the end."""
+
+    parcel_id: str
+    signed_by: str

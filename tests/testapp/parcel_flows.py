@@ -21,18 +21,20 @@ V2_COLLECTION_DELAY = timedelta(days=1)
 DELIVERY_BUDGET = timedelta(days=30)
 
 
-def _parcel(e: Any) -> str:
+def parcel_key(e: Any) -> str:
     return str(e.parcel_id)
 
 
-def _note(text: str, *, completes: bool = False) -> Any:
-    def note(ctx: SagaContext[Any], e: Any) -> None:
+def note(text: str, *, completes: bool = False) -> Any:
+    """A body that appends ``text`` to the state's log (and completes the saga)."""
+
+    def body(ctx: SagaContext[Any], e: Any) -> None:
         ctx.state.log.append(text)
         if completes:
             ctx.mark_complete()
 
-    note.__name__ = text.replace(" ", "_")
-    return note
+    body.__name__ = text.replace(" ", "_")
+    return body
 
 
 # -- version 1 ------------------------------------------------------------------------------
@@ -55,13 +57,13 @@ class ParcelFlowV1(SagaFlow):
     def configure(self, factory: Any) -> None:
         (
             factory.with_state(ParcelStateV1)
-            .with_deadline(DELIVERY_BUDGET, on_expired=_note("v1 expired", completes=True))
-            .start_with(ParcelOrdered, key=_parcel)
+            .with_deadline(DELIVERY_BUDGET, on_expired=note("v1 expired", completes=True))
+            .start_with(ParcelOrdered, key=parcel_key)
             .then(schedule_collection_v1)
-            .wait_for(CollectionDue, key=_parcel)
-            .then(_note("v1 collected"))
-            .wait_for(ParcelDelivered, key=_parcel)
-            .then(_note("v1 delivered"))
+            .wait_for(CollectionDue, key=parcel_key)
+            .then(note("v1 collected"))
+            .wait_for(ParcelDelivered, key=parcel_key)
+            .then(note("v1 delivered"))
             .complete()
         )
 
@@ -89,15 +91,15 @@ class ParcelFlow(SagaFlow):
     def configure(self, factory: Any) -> None:
         (
             factory.with_state(ParcelState)
-            .with_deadline(DELIVERY_BUDGET, on_expired=_note("v2 expired", completes=True))
-            .start_with(ParcelOrdered, key=_parcel)
-            .then(_note("v2 ordered"))
-            .wait_for(ParcelWeighed, key=_parcel)
+            .with_deadline(DELIVERY_BUDGET, on_expired=note("v2 expired", completes=True))
+            .start_with(ParcelOrdered, key=parcel_key)
+            .then(note("v2 ordered"))
+            .wait_for(ParcelWeighed, key=parcel_key)
             .then(schedule_collection_v2)
-            .wait_for(CollectionDue, key=_parcel)
-            .then(_note("v2 collected"))
-            .wait_for(ParcelDelivered, key=_parcel)
-            .then(_note("v2 delivered"))
+            .wait_for(CollectionDue, key=parcel_key)
+            .then(note("v2 collected"))
+            .wait_for(ParcelDelivered, key=parcel_key)
+            .then(note("v2 delivered"))
             .complete()
         )
 
