@@ -56,8 +56,7 @@ def find_problems(using: str, *, sample_size: int = STATE_SAMPLE_SIZE) -> list[S
         return []
     return [
         *_instance_problems(using, sample_size=sample_size),
-        *_unknown_timer_event_types(using),
-        *_unknown_outbox_event_types(using),
+        *_unknown_event_type_problems(using),
     ]
 
 
@@ -107,8 +106,8 @@ def _undeclared_version(
         "bsft_saga.E050",
         f"{_count(count, 'active instance')} of {saga_type!r} "
         f"{'runs' if count == 1 else 'run'} on flow version {flow_version}, which no "
-        f"installed flow declares ({installed}); e.g. instance {_first_pk(rows)}. Their "
-        "events and timers fail with UnknownFlowVersion.",
+        f"installed flow declares ({installed}); e.g. instance {_first_pk(rows)}. An event "
+        "or timer for such an instance fails with UnknownFlowVersion.",
         f"Install the release that declares version {flow_version} again, or keep that "
         "definition in the current flow's previous_versions until its instances complete.",
         rows.model,
@@ -131,8 +130,8 @@ def _past_last_step(definition: FlowDefinition, rows: Any) -> StoredRowProblem:
         "bsft_saga.E051",
         f"{_count(count, 'active instance')} of {definition.saga_type!r} flow version "
         f"{definition.version} {'is' if count == 1 else 'are'} past the last step of that "
-        f"version (it has {steps} steps); e.g. instance {_first_pk(past)}. They await "
-        "nothing and never complete.",
+        f"version (it has {steps} steps); e.g. instance {_first_pk(past)}. Such an "
+        "instance awaits nothing and never completes.",
         f"Steps were removed from {definition.flow_name} (version {definition.version}) in "
         "place. Restore them there, and make the change a new version: raise "
         "SagaFlow.version and keep the old definition in previous_versions.",
@@ -169,54 +168,48 @@ def _undecodable_state(
 # -- stored events ------------------------------------------------------------------------------
 
 
-def _unknown_timer_event_types(using: str) -> Iterator[StoredRowProblem]:
-    from bsft_saga.models import SagaTimeout
+def _unknown_event_type_problems(using: str) -> Iterator[StoredRowProblem]:
+    from bsft_saga.models import SagaOutboxMessage, SagaTimeout
 
     timers = SagaTimeout.objects.using(using)
-    waiting = timers.pending() | timers.dead_lettered()
-    for event_type, count, rows in _unknown_event_types(waiting):
-        yield StoredRowProblem(
-            "bsft_saga.E052",
-            f"{_count(count, 'pending or dead-lettered timer')} of event type {event_type!r}, "
-            f"which no @event name or alias knows; e.g. timer {_first_pk(rows)}. "
-            f"{'It fails' if count == 1 else 'They fail'} with UnknownEventType when due "
-            "or requeued.",
-            _UNKNOWN_EVENT_HINT.format(event_type=event_type),
-            SagaTimeout,
-        )
-
-
-def _unknown_outbox_event_types(using: str) -> Iterator[StoredRowProblem]:
-    from bsft_saga.models import SagaOutboxMessage
-
     messages = SagaOutboxMessage.objects.using(using)
-    undelivered = messages.pending() | messages.dead_lettered()
-    for event_type, count, rows in _unknown_event_types(undelivered):
-        yield StoredRowProblem(
-            "bsft_saga.E053",
-            f"{_count(count, 'undelivered outbox row')} (dead-lettered ones included) of "
-            f"event type {event_type!r}, which no @event name or alias knows; e.g. outbox "
-            f"row {_first_pk(rows)}. {'It fails' if count == 1 else 'They fail'} with "
-            "UnknownEventType when delivered or requeued.",
-            _UNKNOWN_EVENT_HINT.format(event_type=event_type),
-            SagaOutboxMessage,
-        )
+    yield from _unknown_event_types(
+        "bsft_saga.E052",
+        timers.pending() | timers.dead_lettered(),
+        rows_are="pending or dead-lettered timer",
+        example="timer",
+        fails="when due or requeued",
+    )
+    yield from _unknown_event_types(
+        "bsft_saga.E053",
+        messages.pending() | messages.dead_lettered(),
+        rows_are="undelivered outbox row",
+        rows_include=" (dead-lettered ones included)",
+        example="outbox row",
+        fails="when delivered or requeued",
+    )
 
 
-_UNKNOWN_EVENT_HINT = (
-    "If the event class was renamed, list the old name in its aliases: "
-    "@event('new.name', aliases=({event_type!r},)). If its module is not imported at "
-    "startup, import it from the app's events module."
-)
-
-
-def _unknown_event_types(rows: Any) -> Iterator[tuple[str, int, Any]]:
-    """(event type, count, its rows) for each stored event type no class answers to."""
+def _unknown_event_types(
+    check_id: str, rows: Any, *, rows_are: str, example: str, fails: str, rows_include: str = ""
+) -> Iterator[StoredRowProblem]:
+    """One problem for each event type among ``rows`` that no class answers to."""
     known = known_event_types()
     by_type = rows.values_list("event_type").annotate(count=Count("pk")).order_by("event_type")
     for event_type, count in by_type:
-        if event_type not in known:
-            yield event_type, count, rows.filter(event_type=event_type)
+        if event_type in known:
+            continue
+        first = _first_pk(rows.filter(event_type=event_type))
+        yield StoredRowProblem(
+            check_id,
+            f"{_count(count, rows_are)}{rows_include} of event type {event_type!r}, which no "
+            f"@event name or alias knows; e.g. {example} {first}. Each fails with "
+            f"UnknownEventType {fails}.",
+            "If the event class was renamed, list the old name in its aliases: "
+            f"@event('new.name', aliases=({event_type!r},)). If its module is not imported "
+            "at startup, import it from the app's events module.",
+            rows.model,
+        )
 
 
 # -- wording ------------------------------------------------------------------------------------

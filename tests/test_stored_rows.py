@@ -99,8 +99,8 @@ def test_instances_on_a_version_no_installed_flow_declares_are_e050() -> None:
     assert error.id == "bsft_saga.E050"
     assert error.msg == (
         "2 active instances of 'tests.parcel' run on flow version 2, which no installed flow "
-        f"declares (declared: 1); e.g. instance {first}. Their events and timers fail with "
-        "UnknownFlowVersion."
+        f"declares (declared: 1); e.g. instance {first}. An event or timer for such an "
+        "instance fails with UnknownFlowVersion."
     )
     assert error.hint == (
         "Install the release that declares version 2 again, or keep that definition in the "
@@ -137,8 +137,8 @@ def test_instances_past_the_last_step_of_their_version_are_e051() -> None:
     assert error.id == "bsft_saga.E051"
     assert error.msg == (
         "1 active instance of 'tests.parcel' flow version 1 is past the last step of that "
-        f"version (it has 3 steps); e.g. instance {parcel('p-1').pk}. They await nothing and "
-        "never complete."
+        f"version (it has 3 steps); e.g. instance {parcel('p-1').pk}. Such an instance awaits "
+        "nothing and never completes."
     )
     assert "tests.testapp.parcel_flows.ParcelFlowV1 (version 1)" in str(error.hint)
     assert "previous_versions" in str(error.hint)
@@ -214,8 +214,8 @@ def test_pending_and_dead_lettered_timers_of_an_unknown_event_type_are_e052() ->
     assert error.id == "bsft_saga.E052"
     assert error.msg == (
         "2 pending or dead-lettered timers of event type 'tests.ops.renamed-away', which no "
-        f"@event name or alias knows; e.g. timer {pending.pk}. They fail with UnknownEventType "
-        "when due or requeued."
+        f"@event name or alias knows; e.g. timer {pending.pk}. Each fails with "
+        "UnknownEventType when due or requeued."
     )
     assert "@event('new.name', aliases=('tests.ops.renamed-away',))" in str(error.hint)
     assert error.obj is SagaTimeout
@@ -249,7 +249,7 @@ def test_undelivered_outbox_rows_of_an_unknown_event_type_are_e053() -> None:
     assert error.msg == (
         "2 undelivered outbox rows (dead-lettered ones included) of event type "
         "'tests.ops.renamed-away', which no @event name or alias knows; e.g. outbox row "
-        f"{min(str(dead.pk), str(waiting.pk))}. They fail with UnknownEventType when "
+        f"{min(str(dead.pk), str(waiting.pk))}. Each fails with UnknownEventType when "
         "delivered or requeued."
     )
     assert error.obj is SagaOutboxMessage
