@@ -10,13 +10,22 @@ name as an alias.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import UTC, datetime
+from io import StringIO
+from pathlib import Path
 
 import pytest
+from django.core.management import call_command
+from django.core.management.base import SystemCheckError
+from django.test import override_settings
 
-from bsft_saga import UnknownFlowVersion
+from bsft_saga import UnknownFlowVersion, publish
 from bsft_saga.checks import check_flows, check_stored_rows
+from bsft_saga.events import registry as event_registry_module
+from bsft_saga.events.registry import EventRegistry, event_class, event_type_of, known_event_types
 from bsft_saga.models import SagaInboxEntry, SagaInstance, SagaTimeout, TimeoutOutcome
 from bsft_saga.testing import SagaHarness
 from bsft_saga.timeouts.requests import DEADLINE_TIMER_NAME
@@ -278,3 +287,132 @@ def test_after_a_rollback_the_deadline_of_a_v2_instance_is_retried_not_dropped(
     assert deadline.outcome != TimeoutOutcome.FIRED
     assert "UnknownFlowVersion" in deadline.last_error
     assert not saga(harness, "p-2").is_complete
+
+
+# --- docs/deploying.md -------------------------------------------------------------------------
+
+DOCS = Path(__file__).resolve().parent.parent / "docs" / "deploying.md"
+TEST_APP = Path(__file__).resolve().parent / "testapp"
+CHECK_COMMAND = "$ python manage.py check --database default"
+
+
+def check_database_output() -> str:
+    """What ``manage.py check --database default`` prints, as a terminal shows it.
+
+    SQLite's W001 (no SKIP LOCKED) is silenced: the page shows a PostgreSQL database.
+    """
+    out = StringIO()
+    with override_settings(SILENCED_SYSTEM_CHECKS=["bsft_saga.W001"]):
+        try:
+            call_command("check", databases=["default"], stdout=out, stderr=StringIO())
+        except SystemCheckError as exc:
+            return str(exc)  # what the terminal shows: the error formats itself
+    return out.getvalue().strip()
+
+
+def without_alias(monkeypatch: pytest.MonkeyPatch, alias: str) -> None:
+    """Install an event registry in which no class lists ``alias`` (a release that forgot it)."""
+    registry = EventRegistry()
+    for name in known_event_types() - {alias}:
+        cls = event_class(name)
+        if event_type_of(cls) == name:
+            registry.register(cls, name, ())
+    monkeypatch.setattr(event_registry_module, "event_registry", registry)
+
+
+@contextmanager
+def renamed_without_alias(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    start_on_v1_now("p-1")
+    SagaTimeout.objects.filter(name=COLLECTION_TIMER).update(event_type=OLD_COLLECTION_EVENT)
+    without_alias(monkeypatch, OLD_COLLECTION_EVENT)
+    yield
+
+
+@contextmanager
+def field_type_changed(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    publish(ParcelOrdered("p-2"))
+    # An earlier release of version 2 stored the weight as text.
+    SagaInstance.objects.filter(correlation_key="p-2").update(
+        state={"log": ["v2 ordered"], "grams": "700 g"}
+    )
+    yield
+
+
+@contextmanager
+def step_removed_in_place(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    start_on_v1_now("p-1")
+    # It waited for a fourth step, which a release removed from version 1 in place.
+    SagaInstance.objects.filter(correlation_key="p-1").update(step_index=3)
+    yield
+
+
+@contextmanager
+def rolled_back(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    publish(ParcelOrdered("p-2"))
+    with running_release(ParcelFlowV1):
+        yield
+
+
+@contextmanager
+def every_version_declared(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    start_on_v1_now("p-1")
+    publish(ParcelOrdered("p-2"))
+    yield
+
+
+def start_on_v1_now(*keys: str) -> None:
+    with running_release(ParcelFlowV1):
+        for key in keys:
+            publish(ParcelOrdered(key))
+
+
+SCENARIOS = {
+    "bsft_saga.E052": renamed_without_alias,
+    "bsft_saga.E054": field_type_changed,
+    "bsft_saga.E051": step_removed_in_place,
+    "bsft_saga.E050": rolled_back,
+    "no issues": every_version_declared,
+}
+
+
+def docs_blocks(language: str) -> list[str]:
+    return re.findall(rf"^```{language}\n(.*?)^```", DOCS.read_text(), flags=re.S | re.M)
+
+
+def comparable(output: str) -> str:
+    """Output with what differs from run to run (ids, the silenced count) blanked out."""
+    output = re.sub(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}", "<id>", output)
+    output = re.sub(r"timer \d+", "timer <id>", output)
+    return re.sub(r"\(\d+ silenced\)", "(<n> silenced)", output).strip()
+
+
+def documented_output(marker: str) -> str:
+    [block] = [b for b in docs_blocks("console") if marker in b]
+    command, _, output = block.partition("\n")
+    assert command == CHECK_COMMAND
+    return output
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("marker", SCENARIOS)
+def test_docs_check_output_is_what_the_check_prints(
+    marker: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with SCENARIOS[marker](monkeypatch):
+        printed = check_database_output()
+
+    assert comparable(printed) == comparable(documented_output(marker))
+
+
+def test_docs_show_every_check_output_the_tests_reproduce() -> None:
+    blocks = docs_blocks("console")
+    assert len(blocks) == len(SCENARIOS)
+    assert all(block.startswith(CHECK_COMMAND + "\n") for block in blocks)
+
+
+def test_docs_python_examples_are_copied_from_the_test_app() -> None:
+    sources = "\n".join(path.read_text() for path in sorted(TEST_APP.glob("parcel_*.py")))
+    blocks = docs_blocks("python")
+    assert len(blocks) >= 5
+    for block in blocks:
+        assert block in sources, block
