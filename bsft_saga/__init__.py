@@ -16,6 +16,7 @@ __all__ = [
     "SagaContext",
     "SagaFlow",
     "UnknownEventType",
+    "UnknownFlowVersion",
     "__version__",
     "deadline_exceeded",
     "event",
@@ -28,6 +29,7 @@ _LAZY = {
     "publish": "bsft_saga.publishing",
     "deadline_exceeded": "bsft_saga.events.envelope",
     "UnknownEventType": "bsft_saga.exceptions",
+    "UnknownFlowVersion": "bsft_saga.exceptions",
     "SagaFlow": "bsft_saga.flows",
     "SagaContext": "bsft_saga.engine.context",
 }
@@ -36,7 +38,7 @@ if TYPE_CHECKING:
     from bsft_saga.engine.context import SagaContext
     from bsft_saga.events.envelope import Envelope, deadline_exceeded
     from bsft_saga.events.registry import event
-    from bsft_saga.exceptions import UnknownEventType
+    from bsft_saga.exceptions import UnknownEventType, UnknownFlowVersion
     from bsft_saga.flows import SagaFlow
     from bsft_saga.publishing import publish
 

@@ -170,12 +170,13 @@ class SagaInstanceAdmin(ReadOnlyAdmin):
         "saga_type",
         "key",
         "step_index",
+        "flow_version",
         "is_complete",
         "updated_at",
         "created_at",
         "deadline",
     )
-    list_filter = ("saga_type", "is_complete", StalledFilter)
+    list_filter = ("saga_type", "flow_version", "is_complete", StalledFilter)
     search_fields = ("saga_type", "correlation_key")
     date_hierarchy = "updated_at"
     ordering = ("-updated_at",)

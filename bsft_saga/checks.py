@@ -36,12 +36,35 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]
 @register(Tags.compatibility)
 def check_flows(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
     """E010-E012: a flow that cannot be imported, built, or shares another's saga_type
-    would silently never receive an event."""
+    would silently never receive an event. E013-E016: an entry of ``previous_versions``
+    that cannot be imported, has another saga_type, a version not lower than the flow's,
+    or the version of another entry would leave the instances of that version with no
+    definition to finish on (E011 also covers an entry whose ``configure()`` fails)."""
     from bsft_saga.flows.registry import flow_registry
 
     return [
         Error(problem.message, hint=problem.hint, obj=problem.obj, id=problem.check_id)
         for problem in flow_registry.problems
+    ]
+
+
+@register(Tags.compatibility)
+def check_event_names(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
+    """E017: an event type name (or alias) claimed by two classes decodes every stored row
+    of that name as the first class, whatever the second one meant."""
+    from bsft_saga.events import registry
+
+    return [
+        Error(
+            f"Event type name {conflict.name!r} is claimed by {conflict.kept_by} and, as "
+            f"{'an alias' if conflict.claimed_as == 'alias' else 'its name'}, by "
+            f"{conflict.claimed_by}; {conflict.kept_by} keeps it.",
+            hint="Give each event class its own name. After a rename, keep the old name "
+            "only in the aliases of the one class that replaced it.",
+            obj=conflict.claimed_by,
+            id="bsft_saga.E017",
+        )
+        for conflict in registry.event_registry.conflicts()
     ]
 
 
@@ -83,6 +106,26 @@ def check_skip_locked(
             obj="DATABASES['default']",
             id="bsft_saga.W001",
         )
+    ]
+
+
+@register(Tags.database, deploy=False)
+def check_stored_rows(
+    app_configs: Any = None, databases: Any = None, **kwargs: Any
+) -> list[CheckMessage]:
+    """E050-E054, only with ``--database`` (and during ``migrate``): rows a deploy left
+    behind that the installed code cannot run. Instances on an undeclared flow version
+    (E050) or past their version's last step (E051) never move again; timers and outbox
+    rows of an event type nobody knows (E052, E053) fail every attempt until they are
+    dead-lettered; state that no longer decodes (E054) fails the instance's next step."""
+    if not databases:
+        return []  # no queries at startup
+    from bsft_saga.stored_rows import find_problems
+
+    return [
+        Error(problem.message, hint=problem.hint, obj=problem.model, id=problem.check_id)
+        for alias in databases
+        for problem in find_problems(alias)
     ]
 
 

@@ -7,12 +7,15 @@ a ``with_deadline`` budget is a note on the flow. Timers are scheduled inside st
 so they are not visible statically and do not appear.
 
 Each flow is drawn inside a box titled with its ``saga_type`` (a composite state in Mermaid,
-a cluster in dot), so several flows concatenate into one valid document.
+a cluster in dot), so several flows concatenate into one valid document. A flow drawn with
+its earlier versions (``previous_versions``), or whose version is not 1, has one box per
+version, titled ``"<saga_type> v<version>"``.
 """
 
 from __future__ import annotations
 
 import re
+from collections import Counter
 from collections.abc import Sequence
 from datetime import timedelta
 from typing import Any
@@ -37,28 +40,41 @@ def render_dot(definition: FlowDefinition) -> str:
 
 
 def render(definitions: Sequence[FlowDefinition], fmt: str) -> str:
-    """Several flows as one document in ``fmt`` (``"mermaid"`` or ``"dot"``)."""
+    """Several flows, or versions of one, as one document in ``fmt`` (``"mermaid"``, ``"dot"``)."""
     if fmt == "mermaid":
         lines = ["stateDiagram-v2"]
-        for number, definition in enumerate(definitions, start=1):
-            lines += _mermaid_flow(definition, f"saga{number}")
+        for number, (definition, title) in enumerate(_titled(definitions), start=1):
+            lines += _mermaid_flow(definition, f"saga{number}", title)
         return "\n".join(lines)
     if fmt == "dot":
-        title = definitions[0].saga_type if len(definitions) == 1 else "sagas"
+        saga_types = {d.saga_type for d in definitions}
+        title = saga_types.pop() if len(saga_types) == 1 else "sagas"
         lines = [
             f"digraph {_dot_quote(title)} {{",
             "    rankdir=LR;",
             '    node [shape=box, style=rounded, fontname="Helvetica"];',
             '    edge [fontname="Helvetica"];',
         ]
-        for number, definition in enumerate(definitions, start=1):
-            lines += _dot_flow(definition, f"saga{number}")
+        for number, (definition, title) in enumerate(_titled(definitions), start=1):
+            lines += _dot_flow(definition, f"saga{number}", title)
         lines.append("}")
         return "\n".join(lines)
     raise ValueError(f"unknown format {fmt!r}; expected one of {', '.join(FORMATS)}")
 
 
 # -- shared descriptions ------------------------------------------------------------------------
+
+
+def _titled(definitions: Sequence[FlowDefinition]) -> list[tuple[FlowDefinition, str]]:
+    """Each flow with its box title: the saga type, and the version where it tells them apart."""
+    drawn = Counter(d.saga_type for d in definitions)
+
+    def title(d: FlowDefinition) -> str:
+        if drawn[d.saga_type] == 1 and d.version == 1:
+            return d.saga_type
+        return f"{d.saga_type} v{d.version}"
+
+    return [(d, title(d)) for d in definitions]
 
 
 def _name(func: Any) -> str:
@@ -111,7 +127,7 @@ def _mermaid_text(text: str) -> str:
     return text.replace('"', "'").replace("\n", " ")
 
 
-def _mermaid_flow(definition: FlowDefinition, prefix: str) -> list[str]:
+def _mermaid_flow(definition: FlowDefinition, prefix: str, title: str) -> list[str]:
     def sid(index: int) -> str:
         return f"{prefix}_step{index}"
 
@@ -129,7 +145,7 @@ def _mermaid_flow(definition: FlowDefinition, prefix: str) -> list[str]:
         inner.append("%% build(): completes only when a step calls ctx.mark_complete()")
     lines = [
         f"    %% {_mermaid_text(definition.flow_name)}",
-        f'    state "{_mermaid_text(definition.saga_type)}" as {prefix} {{',
+        f'    state "{_mermaid_text(title)}" as {prefix} {{',
         *(f"        {line}" for line in inner),
         "    }",
     ]
@@ -147,12 +163,12 @@ def _dot_quote(text: str) -> str:
     return f'"{escaped}"'
 
 
-def _dot_flow(definition: FlowDefinition, prefix: str) -> list[str]:
+def _dot_flow(definition: FlowDefinition, prefix: str, title: str) -> list[str]:
     def sid(index: int) -> str:
         return f"{prefix}_step{index}"
 
     inner = [
-        f"label={_dot_quote(definition.saga_type)};",
+        f"label={_dot_quote(title)};",
         f'{prefix}_start [shape=point, label=""];',
     ]
     for step in definition.steps:

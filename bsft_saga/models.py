@@ -111,6 +111,7 @@ class SagaInstance(models.Model):
         "correlation_key",
         "state_type",
         "step_index",
+        "flow_version",
         "is_complete",
         "created_at",
         "updated_at",

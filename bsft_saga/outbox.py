@@ -29,7 +29,7 @@ from bsft_saga.delivery.channel import Channel
 from bsft_saga.delivery.requeue import RequeueResult
 from bsft_saga.events import codec
 from bsft_saga.events.envelope import Envelope
-from bsft_saga.events.registry import event_class
+from bsft_saga.events.registry import event_class, event_type_of
 from bsft_saga.models import SagaOutboxMessage
 from bsft_saga.querysets import SagaOutboxQuerySet
 from bsft_saga.signals import deferred_event_committed
@@ -201,11 +201,12 @@ def requeue_dead_lettered(ids: Iterable[uuid.UUID] | None = None) -> RequeueResu
 
 def envelope_of(row: SagaOutboxMessage) -> Envelope:
     """Rebuild the envelope a row publishes; ``UnknownEventType`` if its type is gone."""
-    event: object = codec.decode(event_class(row.event_type), row.payload)
+    cls = event_class(row.event_type)
+    event: object = codec.decode(cls, row.payload)
     return Envelope(
         message_id=row.pk,
         event=event,
-        event_type=row.event_type,
+        event_type=event_type_of(cls),  # the primary name, also for a row stored under an alias
         correlation_id=row.correlation_id or None,
         causation_id=row.causation_id,
         deadline=row.deadline,

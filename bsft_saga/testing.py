@@ -138,11 +138,16 @@ class SagaHarness:
         )
 
     def state(self, flow: type | str, key: str | None = None) -> Any:
-        """The decoded state dataclass of the newest instance; ``LookupError`` if none."""
+        """The decoded state dataclass of the newest instance; ``LookupError`` if none.
+
+        Decoded with the state class of the flow version the instance started under
+        (``UnknownFlowVersion`` if no installed flow declares it).
+        """
         instance = self.get_saga(flow, key)
         if instance is None:
             raise LookupError(f"no {flow!r} instance for key {key!r}")
-        return codec.decode(flow_registry.get(flow).state_class, instance.state)
+        definition = flow_registry.definition_for(instance.saga_type, instance.flow_version)
+        return codec.decode(definition.state_class, instance.state)
 
     def timeouts(self, flow: type | str, key: str | None = None) -> SagaTimeoutQuerySet:
         """Every timer row of the newest instance, oldest due first."""

@@ -171,6 +171,17 @@ def test_instances_filter_by_stalled(viewer: Client, rows: dict[str, Any]) -> No
     assert _listed(viewer, "sagainstance", "?is_complete__exact=0") == {old, rows["saga"]}
 
 
+def test_instances_show_and_filter_by_flow_version(viewer: Client, rows: dict[str, Any]) -> None:
+    on_v2 = make_saga("on-v2")
+    SagaInstance.objects.filter(pk=on_v2.pk).update(flow_version=2)
+
+    assert _listed(viewer, "sagainstance", "?flow_version__exact=2") == {on_v2}
+    changelist = viewer.get(_url("sagainstance", "changelist"))
+    assert "flow_version" in changelist.context["cl"].list_display
+    page = viewer.get(_url("sagainstance", "change", on_v2.pk))
+    assert b"Flow version" in page.content
+
+
 # -- content and audit --------------------------------------------------------------------------
 
 

@@ -31,6 +31,7 @@ from bsft_saga import publish
 from bsft_saga.api.serializers import INSTANCE_FIELDS, TIMEOUT_FIELDS
 from bsft_saga.audit import READ_CONTENT
 from bsft_saga.models import SagaAuditRecord, SagaInstance
+from tests.deploys import running_release
 from tests.testapp.engine_events import ProbeStarted
 from tests.testapp.events import (
     OrderCancelled,
@@ -41,6 +42,8 @@ from tests.testapp.events import (
     StockReserved,
 )
 from tests.testapp.flows import OrderFlow
+from tests.testapp.parcel_events import ParcelOrdered
+from tests.testapp.parcel_flows import ParcelFlowV1
 from tests.testapp.timer_flows import QuoteFlow
 
 pytestmark = pytest.mark.django_db
@@ -184,6 +187,7 @@ def test_list_rows_carry_the_model_field_names_and_no_state(reader: APIClient) -
         "correlation_key",
         "state_type",
         "step_index",
+        "flow_version",
         "is_complete",
         "created_at",
         "updated_at",
@@ -196,6 +200,7 @@ def test_list_rows_carry_the_model_field_names_and_no_state(reader: APIClient) -
     assert row["correlation_key"] == "o-1"
     assert row["state_type"] == "tests.testapp.flows.OrderState"
     assert (row["step_index"], row["is_complete"], row["version"]) == (2, False, 2)
+    assert row["flow_version"] == 1
     assert parse_datetime(row["created_at"]) == T0
     assert parse_datetime(row["updated_at"]) == T0 + timedelta(hours=1)
     assert row["completed_at"] is None
@@ -258,6 +263,31 @@ def test_list_filter(reader: APIClient, params: dict[str, str], expected: list[s
 @pytest.mark.usefixtures("three_sagas")
 def test_is_complete_filter_accepts_1_and_0_like_other_drf_apis(reader: APIClient) -> None:
     assert keys_of(reader.get(LIST, {"is_complete": "0"})) == ["o-1", "q-1"]
+
+
+def test_the_list_shows_and_filters_by_the_flow_version_each_instance_runs_on(
+    reader: APIClient,
+) -> None:
+    with running_release(ParcelFlowV1):
+        publish_at(T0, ParcelOrdered("p-1"))
+    publish_at(T0 + timedelta(hours=1), ParcelOrdered("p-2"))
+
+    rows = reader.get(LIST, {"saga_type": "tests.parcel"}).json()["results"]
+
+    assert {row["correlation_key"]: row["flow_version"] for row in rows} == {"p-1": 1, "p-2": 2}
+    assert keys_of(reader.get(LIST, {"flow_version": "2"})) == ["p-2"]
+    assert keys_of(reader.get(LIST, {"flow_version": "1", "saga_type": "tests.parcel"})) == ["p-1"]
+    assert keys_of(reader.get(LIST, {"flow_version": "3"})) == []
+
+
+@pytest.mark.parametrize("value", ["two", "1.5", "-1", str(2**63)])
+def test_a_flow_version_filter_that_is_no_stored_version_is_a_400(
+    reader: APIClient, value: str
+) -> None:
+    response = reader.get(LIST, {"flow_version": value})
+
+    assert response.status_code == 400
+    assert "flow_version" in response.json()
 
 
 @pytest.mark.parametrize("param", ["created_after", "updated_before"])
@@ -582,6 +612,7 @@ def test_schema_documents_the_list_filters(reader: APIClient) -> None:
         "updated_after",
         "updated_before",
         "min_step_index",
+        "flow_version",
         "page",
     } <= names
 

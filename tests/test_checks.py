@@ -19,12 +19,15 @@ from django.core.management import call_command
 from django.core.management.base import SystemCheckError
 from django.test import override_settings
 
-from bsft_saga import SagaFlow
-from bsft_saga.checks import check_flows
+from bsft_saga import SagaFlow, UnknownFlowVersion
+from bsft_saga.checks import check_event_names, check_flows
+from bsft_saga.events import registry as event_registry_module
+from bsft_saga.events.registry import EventRegistry
 from bsft_saga.flows import registry as registry_module
 from bsft_saga.flows.registry import FlowRegistry, flow_registry
 from tests.testapp import flows, timer_flows
 from tests.testapp.events import OrderPlaced, Ping
+from tests.testapp.parcel_flows import ParcelFlow, ParcelFlowV1
 
 
 def saga_messages(messages: Iterable[CheckMessage]) -> list[CheckMessage]:
@@ -287,3 +290,151 @@ def test_checks_read_the_settings_at_check_time() -> None:
     with override_settings(BSFT_SAGA={"TIMEOUTS": {"BATCH_SIZE": "lots"}}):
         assert ids(saga_messages(run_checks())) == ["bsft_saga.E001"]
     assert saga_messages(run_checks()) == []
+
+
+# --- flow versions (previous_versions) -----------------------------------------------------
+
+
+class CurrentParcelFlow(ParcelFlowV1):
+    """Version 3 of the parcel flow, with each kind of bad previous_versions entry below."""
+
+    saga_type = "tests.parcel"
+    version = 3
+
+
+class OtherTypeFlow(ParcelFlowV1):
+    saga_type = "tests.checks.other"
+    version = 1
+
+
+class AlsoVersionOneFlow(ParcelFlowV1):
+    saga_type = "tests.parcel"
+    version = 1
+
+
+class VersionZeroFlow(ParcelFlowV1):
+    saga_type = "tests.checks.version-zero"
+    version = 0
+
+
+def with_previous(*entries: Any, version: int = 3) -> type[SagaFlow]:
+    return type(
+        "CurrentParcelFlow",
+        (CurrentParcelFlow,),
+        {"saga_type": "tests.parcel", "version": version, "previous_versions": list(entries)},
+    )
+
+
+def test_previous_versions_are_installed_next_to_the_current_one() -> None:
+    registry = loaded([FakeAppConfig("parcels", [ParcelFlow])])
+
+    assert registry.problems == []
+    assert [d.version for d in registry.versions("tests.parcel")] == [1, 2]
+    assert registry.get("tests.parcel").version == 2
+    assert registry.definition_for("tests.parcel", 1).flow_name == (
+        "tests.testapp.parcel_flows.ParcelFlowV1"
+    )
+    assert registry.get(ParcelFlowV1) is registry.definition_for("tests.parcel", 1)
+    assert registry.all() == (registry.get(ParcelFlow),)  # one saga type, not two flows
+
+
+def test_an_event_type_routes_to_every_version_that_awaits_it() -> None:
+    v1, v2 = flow_registry.versions("tests.parcel")
+
+    assert set(flow_registry.flows_for("tests.parcel.ordered")) >= {v1, v2}
+    assert v1 not in flow_registry.flows_for("tests.parcel.weighed")
+    assert flow_registry.is_current(v2)
+    assert not flow_registry.is_current(v1)
+
+
+def test_a_version_no_installed_flow_declares_is_unknown_flow_version() -> None:
+    with pytest.raises(UnknownFlowVersion, match=r"version 7 of 'tests\.parcel'.*\(s\) 1, 2"):
+        flow_registry.definition_for("tests.parcel", 7)
+    with pytest.raises(UnknownFlowVersion, match="no installed flow has this saga_type"):
+        flow_registry.definition_for("tests.never-declared", 1)
+
+
+@pytest.mark.parametrize(
+    ("entry", "check_id", "needle"),
+    [
+        ("tests.nowhere.flows.OldFlow", "bsft_saga.E013", "cannot import 'tests.nowhere"),
+        ("tests.testapp.events.OrderPlaced", "bsft_saga.E013", "is not a SagaFlow subclass"),
+        (NoStartStepFlow, "bsft_saga.E011", "no start step"),
+        (VersionZeroFlow, "bsft_saga.E011", "version must be a positive int, got 0"),
+        (OtherTypeFlow, "bsft_saga.E014", "has saga_type 'tests.checks.other'"),
+        (CurrentParcelFlow, "bsft_saga.E015", "version 3, which is not lower than"),
+    ],
+    ids=["unimportable", "not-a-flow", "broken", "bad-version", "other-saga-type", "not-lower"],
+)
+def test_a_bad_previous_version_is_reported_and_left_out(
+    entry: Any, check_id: str, needle: str
+) -> None:
+    registry = loaded([FakeAppConfig("parcels", [with_previous(ParcelFlowV1, entry)])])
+
+    [problem] = registry.problems
+    assert problem.check_id == check_id
+    assert needle in problem.message
+    assert "CurrentParcelFlow.previous_versions" in problem.message
+    assert problem.hint
+    assert [d.version for d in registry.versions("tests.parcel")] == [1, 3]
+
+
+def test_two_previous_versions_with_one_version_are_e016_and_the_first_stays() -> None:
+    registry = loaded([FakeAppConfig("parcels", [with_previous(ParcelFlowV1, AlsoVersionOneFlow)])])
+
+    [problem] = registry.problems
+    assert problem.check_id == "bsft_saga.E016"
+    assert "AlsoVersionOneFlow and tests.testapp.parcel_flows.ParcelFlowV1" in problem.message
+    assert "both declare version 1" in problem.message
+    assert registry.definition_for("tests.parcel", 1).flow_name.endswith("ParcelFlowV1")
+
+
+def test_a_flow_with_a_version_that_is_not_a_positive_int_is_e011() -> None:
+    registry = loaded([FakeAppConfig("parcels", [VersionZeroFlow])])
+
+    [problem] = registry.problems
+    assert problem.check_id == "bsft_saga.E011"
+    assert registry.all() == ()
+
+
+def test_manage_py_check_reports_bad_previous_versions(monkeypatch: pytest.MonkeyPatch) -> None:
+    bad = with_previous("tests.nowhere.flows.OldFlow", OtherTypeFlow, CurrentParcelFlow)
+    monkeypatch.setattr(registry_module, "flow_registry", loaded([FakeAppConfig("p", [bad])]))
+
+    with pytest.raises(SystemCheckError) as raised:
+        call_command("check", stdout=StringIO(), stderr=StringIO())
+
+    report = str(raised.value)
+    for needle in ("bsft_saga.E013", "bsft_saga.E014", "bsft_saga.E015", "previous_versions"):
+        assert needle in report
+
+
+# --- event names claimed twice ---------------------------------------------------------------
+
+
+def test_an_event_name_claimed_by_two_classes_is_e017_naming_both(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    registry = EventRegistry()
+    monkeypatch.setattr(event_registry_module, "event_registry", registry)
+    registry.register(OrderPlaced, "tests.checks.placed", ())
+    registry.register(Ping, "tests.checks.ping", ("tests.checks.placed",))
+
+    messages = check_event_names()
+
+    [message] = messages
+    assert message.id == "bsft_saga.E017"
+    assert message.msg == (
+        "Event type name 'tests.checks.placed' is claimed by tests.testapp.events.OrderPlaced "
+        "and, as an alias, by tests.testapp.events.Ping; tests.testapp.events.OrderPlaced "
+        "keeps it."
+    )
+    assert message.hint
+    assert "aliases" in message.hint
+    assert message.is_serious()
+    with pytest.raises(SystemCheckError, match=r"bsft_saga\.E017"):
+        call_command("check", stdout=StringIO(), stderr=StringIO())
+
+
+def test_the_suites_own_events_claim_no_name_twice() -> None:
+    assert check_event_names() == []

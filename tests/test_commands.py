@@ -22,7 +22,7 @@ from django.test import override_settings
 from bsft_saga import clock, publish
 from bsft_saga.draining import PassReport
 from bsft_saga.flows.registry import flow_registry
-from bsft_saga.graph import render_dot, render_mermaid
+from bsft_saga.graph import render, render_dot, render_mermaid
 from bsft_saga.management.commands.purge_saga_timeouts import parse_duration
 from bsft_saga.models import SagaInstance, SagaOutboxMessage, SagaTimeout, TimeoutOutcome
 from bsft_saga.outbox import DeliveryReport
@@ -429,12 +429,38 @@ def test_saga_graph_prints_dot_on_request() -> None:
     assert out == render_dot(flow_registry.get("tests.ops.approval")) + "\n"
 
 
-def test_saga_graph_without_a_type_draws_every_registered_flow_once() -> None:
+def test_saga_graph_without_a_type_draws_every_version_of_every_registered_flow_once() -> None:
     out, _ = run("saga_graph")
 
     assert out.count("stateDiagram-v2") == 1
     for definition in flow_registry.all():
-        assert out.count(f'state "{definition.saga_type}" as ') == 1
+        versions = flow_registry.versions(definition.saga_type)
+        titles = (
+            [definition.saga_type]
+            if len(versions) == 1
+            else [f"{d.saga_type} v{d.version}" for d in versions]
+        )
+        for title in titles:
+            assert out.count(f'state "{title}" as ') == 1
+
+
+def test_saga_graph_draws_each_declared_version_of_a_flow_in_its_own_box() -> None:
+    out, _ = run("saga_graph", "tests.parcel")
+
+    assert out == render(flow_registry.versions("tests.parcel"), "mermaid") + "\n"
+    assert 'state "tests.parcel v1" as saga1 {' in out
+    assert 'state "tests.parcel v2" as saga2 {' in out
+    assert "saga1_step1 : 1 wait_for CollectionDue" in out
+    assert "saga2_step1 : 1 wait_for ParcelWeighed" in out
+    assert "%% tests.testapp.parcel_flows.ParcelFlowV1" in out
+
+
+def test_saga_graph_in_dot_names_the_one_saga_type_its_versions_share() -> None:
+    out, _ = run("saga_graph", "tests.parcel", "--format", "dot")
+
+    assert out.startswith('digraph "tests.parcel" {')
+    assert 'label="tests.parcel v1";' in out
+    assert 'label="tests.parcel v2";' in out
 
 
 def test_saga_graph_rejects_an_unknown_type_listing_the_known_ones() -> None:

@@ -18,13 +18,15 @@ from freezegun import freeze_time
 from bsft_saga import Envelope, UnknownEventType, event, publish
 from bsft_saga.correlation import correlation_scope, get_correlation_id
 from bsft_saga.events import event_class, event_type_of
-from bsft_saga.exceptions import EventTypeConflict
+from bsft_saga.events import registry as registry_module
+from bsft_saga.events.registry import EventRegistry, known_event_types
 from bsft_saga.models import SagaInstance, SagaOutboxMessage
 from bsft_saga.outbox import envelope_of
 from bsft_saga.signals import event_published
 from tests.testapp.engine_events import Unrouted
 from tests.testapp.events import OrderPlaced
 from tests.testapp.flows import OrderFlow
+from tests.testapp.parcel_events import CollectionDue
 
 NOW = datetime(2026, 3, 2, 9, 30, tzinfo=UTC)
 
@@ -62,15 +64,98 @@ def test_an_event_class_is_known_by_its_declared_name() -> None:
     assert event_class("tests.order.placed") is OrderPlaced
 
 
-def test_a_second_class_under_a_taken_name_is_a_conflict_at_decoration() -> None:
-    with pytest.raises(EventTypeConflict, match=r"'tests\.order\.placed'.*OrderPlaced"):
+def test_an_alias_decodes_to_its_class_whose_type_stays_the_primary_name() -> None:
+    assert event_class("tests.parcel.pickup-due") is CollectionDue
+    assert event_class("tests.parcel.collection-due") is CollectionDue
+    assert event_type_of(CollectionDue("p-1")) == "tests.parcel.collection-due"
 
-        @event("tests.order.placed")
+
+def test_every_name_and_alias_is_a_known_event_type() -> None:
+    known = known_event_types()
+    assert {"tests.parcel.collection-due", "tests.parcel.pickup-due", "tests.order.placed"} <= known
+    assert "tests.orders.renamed-away" not in known
+
+
+@pytest.fixture
+def fresh_registry(monkeypatch: pytest.MonkeyPatch) -> EventRegistry:
+    """An empty registry for ``@event`` declarations that must not leak into the suite."""
+    registry = EventRegistry()
+    monkeypatch.setattr(registry_module, "event_registry", registry)
+    return registry
+
+
+def test_a_second_class_under_a_taken_name_does_not_raise_and_the_first_keeps_it(
+    fresh_registry: EventRegistry,
+) -> None:
+    @event("tests.events.placed")
+    @dataclass(frozen=True)
+    class Placed:
+        order_id: str
+
+    @event("tests.events.placed")
+    @dataclass(frozen=True)
+    class ImpostorPlaced:
+        order_id: str
+
+    assert event_class("tests.events.placed") is Placed
+    [conflict] = fresh_registry.conflicts()
+    assert conflict.name == "tests.events.placed"
+    assert conflict.kept_by.endswith("Placed")
+    assert "Impostor" not in conflict.kept_by
+    assert conflict.claimed_by.endswith("ImpostorPlaced")
+    assert conflict.claimed_as == "name"
+
+
+def test_an_alias_taken_by_another_class_stays_with_that_class(
+    fresh_registry: EventRegistry,
+) -> None:
+    @event("tests.events.shipped")
+    @dataclass(frozen=True)
+    class Shipped:
+        order_id: str
+
+    @event("tests.events.dispatched", aliases=("tests.events.shipped",))
+    @dataclass(frozen=True)
+    class Dispatched:
+        order_id: str
+
+    assert event_class("tests.events.shipped") is Shipped
+    assert event_class("tests.events.dispatched") is Dispatched
+    [conflict] = fresh_registry.conflicts()
+    assert (conflict.name, conflict.claimed_as) == ("tests.events.shipped", "alias")
+
+
+def test_declaring_the_same_class_again_is_not_a_conflict(fresh_registry: EventRegistry) -> None:
+    def declare() -> type:
+        @event("tests.events.reloaded", aliases=("tests.events.loaded",))
         @dataclass(frozen=True)
-        class ImpostorOrderPlaced:
+        class Reloaded:
             order_id: str
 
-    assert event_class("tests.order.placed") is OrderPlaced
+        return Reloaded
+
+    declare()
+    again = declare()  # a module imported twice defines the class twice
+
+    assert event_class("tests.events.loaded") is again
+    assert fresh_registry.conflicts() == ()
+
+
+@pytest.mark.parametrize(
+    ("aliases", "error", "message"),
+    [
+        ("tests.events.old", TypeError, r"aliases=\('tests\.events\.old',\)"),
+        (("",), ValueError, "every alias must be a non-empty name"),
+        (("tests.events.new",), ValueError, "only once"),
+        (("tests.events.old", "tests.events.old"), ValueError, "only once"),
+    ],
+    ids=["a-bare-string", "an-empty-alias", "the-primary-name", "an-alias-twice"],
+)
+def test_bad_aliases_are_refused_at_decoration(
+    fresh_registry: EventRegistry, aliases: Any, error: type[Exception], message: str
+) -> None:
+    with pytest.raises(error, match=message):
+        event("tests.events.new", aliases=aliases)
 
 
 def test_a_class_that_is_not_a_dataclass_is_refused_at_decoration() -> None:
@@ -261,6 +346,16 @@ def test_a_stored_row_is_read_back_as_its_registered_class() -> None:
     assert envelope.event == OrderPlaced("o-1", total=Decimal("9.90"))
     assert envelope.message_id == row.pk
     assert envelope.correlation_id == "req-1"
+
+
+@pytest.mark.django_db
+def test_a_row_stored_under_an_alias_is_read_back_under_the_primary_name() -> None:
+    row = SagaOutboxMessage.objects.create(
+        event_type="tests.parcel.pickup-due", payload={"parcel_id": "p-1"}, created_at=NOW
+    )
+    envelope = envelope_of(row)
+    assert envelope.event == CollectionDue("p-1")
+    assert envelope.event_type == "tests.parcel.collection-due"
 
 
 @pytest.mark.django_db

@@ -14,6 +14,7 @@ PUBLIC = {
     "SagaContext",
     "SagaFlow",
     "UnknownEventType",
+    "UnknownFlowVersion",
     "__version__",
     "deadline_exceeded",
     "event",

@@ -94,12 +94,16 @@ class _Ignored:
     step_index: int | None = None
 
 
-def _apply(flow: FlowDefinition, envelope: Envelope, plan: Callable[[], _Plan | _Ignored]) -> None:
+def _apply(
+    flow: FlowDefinition, envelope: Envelope, plan: Callable[[], _Plan | _Ignored | None]
+) -> None:
     """Plan against the current row, run, commit; re-plan after losing a version race."""
     retries = saga_settings.max_conflict_retries
     key = ""
     for attempt in range(retries + 1):
         planned = plan()
+        if planned is None:
+            return  # another definition (the instance's own version) takes the event
         if isinstance(planned, _Ignored):
             _ignore(flow, envelope, planned)
             return
@@ -132,14 +136,17 @@ def _ignore(flow: FlowDefinition, envelope: Envelope, ignored: _Ignored) -> None
 
 def _plan_step(
     flow: FlowDefinition, key: str, step_indices: set[int], envelope: Envelope
-) -> _Plan | _Ignored:
+) -> _Plan | _Ignored | None:
     """Find the instance for ``key`` and the step that takes the event, or drop it.
 
     One query reads the active instance and whether it already handled the message; for a
     start event it also finds a finished instance of the key that handled it (a redelivered
-    start event starts nothing).
+    start event starts nothing). ``None``: the instance runs on another version's
+    definition, which handles (and counts) the event; only the current version starts
+    instances.
     """
-    is_start = 0 in step_indices
+    is_current = flow_registry.is_current(flow)
+    is_start = 0 in step_indices and is_current
     candidates = SagaInstance.objects.for_key(flow.saga_type, key).annotate(
         handled=Exists(
             SagaInboxEntry.objects.filter(saga=OuterRef("pk"), message_id=envelope.message_id)
@@ -155,7 +162,7 @@ def _plan_step(
     instance = next(iter(candidates[:1]), None)
     if instance is None:
         if not is_start:
-            return _Ignored("no_instance", key)
+            return _Ignored("no_instance", key) if is_current else None
         return _Plan(
             saga_id=uuid.uuid4(),
             correlation_key=key,
@@ -167,6 +174,10 @@ def _plan_step(
             bodies=flow.steps[0].bodies,
             advance=True,
         )
+    if instance.is_complete:
+        return _Ignored("duplicate", key, instance.step_index)  # a redelivered start event
+    if flow_registry.definition_for(flow.saga_type, instance.flow_version) is not flow:
+        return None
     if getattr(instance, "handled", False):
         return _Ignored("duplicate", key, instance.step_index)
     if instance.step_index not in step_indices:
@@ -223,6 +234,7 @@ def _run_and_commit(flow: FlowDefinition, plan: _Plan, envelope: Envelope) -> No
             correlation_key=plan.correlation_key,
             state_type=flow.state_type,
             state=codec.encode(ctx.state),
+            flow_version=flow.version,
             is_new=plan.is_new,
             expected_version=plan.version,
             step_index=step_index,
@@ -266,15 +278,16 @@ def _handle_deadline(envelope: Envelope) -> None:
     """Run ``on_expired`` of the instance the deadline timer belongs to, at any step."""
     event = envelope.event
     assert isinstance(event, DeadlineExpired)
-    try:
-        flow = flow_registry.get(event.saga_type)
-    except LookupError:
-        logger.warning("bsft_saga: deadline of a %s saga, whose flow is not registered", event)
-        return
+    saga_id = uuid.UUID(event.saga_id)
+    active = SagaInstance.objects.active().filter(pk=saga_id)
+    flow_version = active.values_list("flow_version", flat=True).first()
+    if flow_version is None:
+        return  # completed before its deadline
+    # UnknownFlowVersion if no installed flow declares it: the timer is retried, not dropped.
+    flow = flow_registry.definition_for(event.saga_type, flow_version)
     deadline = flow.deadline
     if deadline is None:
         return
-    saga_id = uuid.UUID(event.saga_id)
 
     def plan() -> _Plan | _Ignored:
         instance = SagaInstance.objects.active().filter(pk=saga_id).first()

@@ -40,6 +40,7 @@ class Transition:
 
     saga_id: uuid.UUID
     saga_type: str
+    flow_version: int  # stored on a new instance; an existing one keeps its own
     correlation_key: str
     state_type: str
     state: dict[str, Any]
@@ -95,6 +96,7 @@ def _create(t: Transition) -> _Written:
         created_at=t.now,
         deadline=t.deadline,
         version=1,
+        flow_version=t.flow_version,
         **_progress(t),
     )
     _write_inbox_entry(t)

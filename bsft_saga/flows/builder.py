@@ -28,9 +28,10 @@ from bsft_saga.flows.definition import (
 class SagaBuilderFactory:
     """Starts a flow definition: ``factory.with_state(State)`` or ``factory.stateless()``."""
 
-    def __init__(self, *, flow_name: str, saga_type: str) -> None:
+    def __init__(self, *, flow_name: str, saga_type: str, version: int = 1) -> None:
         self.flow_name = flow_name
         self.saga_type = saga_type
+        self.version = version
         self.builder: FlowBuilder | None = None
 
     def with_state(self, state_type: type) -> FlowBuilder:
@@ -197,5 +198,6 @@ class FlowBuilder:
             ),
             auto_complete=auto_complete,
             deadline=self._deadline,
+            version=self._factory.version,
         )
         return self.definition

@@ -75,7 +75,11 @@ class DeadlineDefinition:
 
 @dataclass(frozen=True)
 class FlowDefinition:
-    """A built flow. Step 0 is the start step; step ``i`` is the ``i``-th ``wait_for``."""
+    """A built flow. Step 0 is the start step; step ``i`` is the ``i``-th ``wait_for``.
+
+    ``version`` is the ``SagaFlow.version`` it was built from: instances that started
+    under it are run by this definition until they complete.
+    """
 
     saga_type: str
     flow_name: str
@@ -83,6 +87,7 @@ class FlowDefinition:
     steps: tuple[StepDefinition, ...]
     auto_complete: bool
     deadline: DeadlineDefinition | None = None
+    version: int = 1
     _routes: Mapping[str, tuple[tuple[int, Trigger], ...]] = field(
         default_factory=dict, repr=False, compare=False
     )

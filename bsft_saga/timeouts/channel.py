@@ -12,7 +12,7 @@ from bsft_saga import clock, telemetry
 from bsft_saga.delivery.channel import Channel
 from bsft_saga.events import codec
 from bsft_saga.events.envelope import Envelope, TimerOrigin
-from bsft_saga.events.registry import event_class
+from bsft_saga.events.registry import event_class, event_type_of
 from bsft_saga.models import SagaTimeout, TimeoutOutcome, TimeoutScope
 from bsft_saga.querysets import SagaTimeoutQuerySet
 
@@ -61,7 +61,7 @@ class TimerChannel(Channel[SagaTimeout]):
         return Envelope(
             message_id=row.message_id,
             event=event,
-            event_type=row.event_type,
+            event_type=event_type_of(cls),  # the primary name, also for a row under an alias
             correlation_id=row.correlation_id or None,
             causation_id=None,
             deadline=row.saga.deadline,

@@ -11,6 +11,12 @@ class TestAppConfig(AppConfig):
     @property
     def saga_flows(self) -> list[type]:
         # Each test area keeps its flows in its own module's FLOWS list.
-        from tests.testapp import flows, load_flows, ops_flows, timer_flows
+        from tests.testapp import flows, load_flows, ops_flows, parcel_flows, timer_flows
 
-        return [*flows.FLOWS, *timer_flows.FLOWS, *load_flows.FLOWS, *ops_flows.FLOWS]
+        return [
+            *flows.FLOWS,
+            *timer_flows.FLOWS,
+            *load_flows.FLOWS,
+            *ops_flows.FLOWS,
+            *parcel_flows.FLOWS,
+        ]

@@ -14,7 +14,8 @@ class Command(BaseCommand):
     help = (
         "Print the registered saga flows as a diagram: steps as states, transitions labelled "
         "with the awaited event classes, a final state for complete() flows and the "
-        "with_deadline budget as a note. Mermaid stateDiagram-v2 (default) or Graphviz dot, "
+        "with_deadline budget as a note; a flow with previous_versions is drawn once per "
+        "version. Mermaid stateDiagram-v2 (default) or Graphviz dot, "
         "e.g. `manage.py saga_graph --format dot | dot -Tsvg > sagas.svg`."
     )
 
@@ -23,7 +24,8 @@ class Command(BaseCommand):
             "saga_type",
             nargs="?",
             metavar="SAGA_TYPE",
-            help="Draw only this flow (its saga_type); default: every registered flow.",
+            help="Draw only this flow (its saga_type), every declared version of it; "
+            "default: every registered flow.",
         )
         parser.add_argument(
             "--format",
@@ -40,11 +42,12 @@ class Command(BaseCommand):
             )
         saga_type = options["saga_type"]
         if saga_type is None:
-            definitions = sorted(flow_registry.all(), key=lambda d: d.saga_type)
+            drawn = known
         elif saga_type in known:
-            definitions = [flow_registry.get(saga_type)]
+            drawn = [saga_type]
         else:
             raise CommandError(
                 f"Unknown saga type {saga_type!r}. Known saga types: {', '.join(known)}"
             )
+        definitions = [d for name in drawn for d in flow_registry.versions(name)]
         self.stdout.write(render(definitions, options["format"]))
