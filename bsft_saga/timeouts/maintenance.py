@@ -1,7 +1,8 @@
-"""Operational services over timer rows: requeue dead letters, purge retired rows.
+"""Operational services over timer rows: requeue dead letters.
 
-The ``requeue_saga_timeouts`` and ``purge_saga_timeouts`` commands and the admin's
-``requeue_dead_lettered`` action are thin wrappers over these functions.
+The ``requeue_saga_timeouts`` command and the admin's ``requeue_dead_lettered`` action are
+thin wrappers over these functions. Purging retired rows is retention's job
+(``bsft_saga.retention.purge_timeouts``).
 """
 
 from __future__ import annotations
@@ -9,15 +10,12 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
 
 from django.db import IntegrityError, transaction
 
-from bsft_saga import clock
-from bsft_saga.models import SagaTimeout, TimeoutOutcome
-from bsft_saga.querysets import SagaTimeoutQuerySet
+from bsft_saga.models import SagaTimeout
 
-__all__ = ["RequeueResult", "purge", "purgeable", "requeue_dead_lettered"]
+__all__ = ["RequeueResult", "requeue_dead_lettered"]
 
 logger = logging.getLogger(__name__)
 
@@ -125,51 +123,3 @@ def _requeue_one(row: SagaTimeout) -> str | None:
     if not changed:
         return f"{_describe(row)} is no longer dead-lettered"
     return None
-
-
-def purgeable(
-    older_than: timedelta, *, keep_dead_lettered: bool = False, now: datetime | None = None
-) -> SagaTimeoutQuerySet:
-    """Rows ``purge`` would delete: retired (any outcome) more than ``older_than`` ago."""
-    if older_than < timedelta(0):
-        raise ValueError(f"older_than must not be negative, got {older_than!r}")
-    cutoff = (now or clock.now()) - older_than
-    # A fired row that is still unconfirmed owes its event to receivers: keep it.
-    rows = SagaTimeout.objects.retired_before(cutoff).exclude(
-        outcome=TimeoutOutcome.FIRED, claimed_until__isnull=False
-    )
-    if keep_dead_lettered:
-        rows = rows.filter(dead_lettered_at__isnull=True)
-    return rows
-
-
-def purge(
-    older_than: timedelta,
-    *,
-    keep_dead_lettered: bool = False,
-    dry_run: bool = False,
-    batch_size: int = 1000,
-    now: datetime | None = None,
-) -> int:
-    """Delete timer rows whose ``dispatched_at`` is older than ``now - older_than``.
-
-    ``dispatched_at`` marks every way a timer left the pending set, so fired, missed,
-    cancelled and dead-lettered rows are swept alike; ``keep_dead_lettered`` keeps the
-    dead letters (somebody still has to look at them). Pending rows are never touched.
-    Deletes in batches of ``batch_size`` ids, each its own statement, so a huge table never
-    needs one giant ``DELETE``; a row requeued meanwhile is left alone. ``dry_run`` only
-    counts. Returns the number of rows deleted (or that would be).
-    """
-    if batch_size <= 0:
-        raise ValueError(f"batch_size must be positive, got {batch_size!r}")
-    rows = purgeable(older_than, keep_dead_lettered=keep_dead_lettered, now=now)
-    if dry_run:
-        return rows.count()
-    deleted = 0
-    while True:
-        batch = list(rows.order_by("dispatched_at", "id").values_list("id", flat=True)[:batch_size])
-        if not batch:
-            return deleted
-        # The purge conditions are applied again: a row requeued since the select is pending.
-        count, _ = rows.filter(pk__in=batch).delete()
-        deleted += count
