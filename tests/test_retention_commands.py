@@ -1,5 +1,5 @@
-"""The faces of retention: ``purge_saga_data`` and ``erase_saga_data`` commands and the
-system check W040.
+"""The faces of retention: ``purge_saga_data`` and ``erase_saga_data`` commands, the Celery
+task ``bsft_saga.tasks.purge_saga_data`` and the system check W040.
 
 What a purge deletes is tests/test_retention.py; these tests pin the options, their
 defaults and the output.
@@ -17,6 +17,7 @@ from django.test import override_settings
 
 from bsft_saga import clock
 from bsft_saga.models import SagaAuditRecord, SagaInstance, SagaTimeout, TimeoutOutcome
+from bsft_saga.tasks import purge_saga_data as purge_task
 from tests.retention_rows import audit_record, outbox_row, saga
 from tests.test_commands import last_line, run
 from tests.testapp.ops_flows import REMINDER_SAGA_TYPE, make_timeout
@@ -125,6 +126,18 @@ def test_purge_saga_timeouts_is_the_timers_only_subset(history: dict[str, Any]) 
 def test_purge_saga_timeouts_rejects_a_window_too_long_to_measure() -> None:
     with pytest.raises(CommandError, match="--older-than reaches back before the year 1"):
         run("purge_saga_timeouts", "--older-than", "999999999d")
+
+
+# -- the Celery task ---------------------------------------------------------------------------
+
+
+def test_the_task_purges_with_the_retention_defaults(history: dict[str, Any]) -> None:
+    assert purge_task.name == "bsft_saga.tasks.purge_saga_data"
+    result = purge_task.apply().get()
+
+    assert result == {"instances": 1, "inbox": 2, "timeouts": 1, "outbox": 1, "audit": 0}
+    with override_settings(BSFT_SAGA={"RETENTION": {"KEEP_DEAD_LETTERED": False}}):
+        assert purge_task.apply().get()["instances"] == 1
 
 
 # -- erase_saga_data ---------------------------------------------------------------------------
