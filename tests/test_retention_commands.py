@@ -7,10 +7,14 @@ defaults and the output.
 
 from __future__ import annotations
 
+import re
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 import pytest
+from celery import current_app
+from celery.schedules import crontab
 from django.core.checks import run_checks
 from django.core.management import CommandError
 from django.test import override_settings
@@ -25,6 +29,7 @@ from tests.testapp.ops_flows import REMINDER_SAGA_TYPE, make_timeout
 pytestmark = pytest.mark.django_db
 
 TOTALS = "instances={} inbox={} timeouts={} outbox={} audit={}"
+OPERATIONS = Path(__file__).resolve().parent.parent / "docs" / "operations.md"
 
 
 @pytest.fixture
@@ -138,6 +143,19 @@ def test_the_task_purges_with_the_retention_defaults(history: dict[str, Any]) ->
     assert result == {"instances": 1, "inbox": 2, "timeouts": 1, "outbox": 1, "audit": 0}
     with override_settings(BSFT_SAGA={"RETENTION": {"KEEP_DEAD_LETTERED": False}}):
         assert purge_task.apply().get()["instances"] == 1
+
+
+def test_the_documented_beat_schedule_runs_the_drain_and_a_daily_purge() -> None:
+    blocks = re.findall(r"^```python\n(.*?)^```", OPERATIONS.read_text(), flags=re.S | re.M)
+    [block] = [block for block in blocks if "bsft_saga.tasks.purge_saga_data" in block]
+    namespace: dict[str, Any] = {}
+    exec(compile(block, str(OPERATIONS), "exec"), namespace)
+
+    schedule = namespace["CELERY_BEAT_SCHEDULE"]
+    names = {entry["task"] for entry in schedule.values()}
+    assert names == {"bsft_saga.tasks.drain_saga_timeouts", purge_task.name}
+    assert names <= set(current_app.tasks)
+    assert isinstance(schedule["bsft-saga-purge"]["schedule"], crontab)
 
 
 # -- erase_saga_data ---------------------------------------------------------------------------
