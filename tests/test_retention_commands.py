@@ -103,6 +103,23 @@ def test_purge_warns_about_a_window_shorter_than_a_day(history: dict[str, Any]) 
 def test_purge_keep_and_no_keep_exclude_each_other() -> None:
     with pytest.raises(CommandError, match="not allowed with argument"):
         run("purge_saga_data", "--keep-dead-lettered", "--no-keep-dead-lettered")
+    with pytest.raises(CommandError, match="exclude each other"):
+        run("purge_saga_data", keep_dead_lettered=True, no_keep_dead_lettered=True)
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        {"no_keep_dead_lettered": True, "older_than": "30d"},
+        {"keep_dead_lettered": False, "older_than": timedelta(days=30)},
+    ],
+)
+def test_purge_options_given_to_call_command_mean_what_they_say(
+    history: dict[str, Any], options: dict[str, Any]
+) -> None:
+    out, _ = run("purge_saga_data", **options)
+
+    assert last_line(out) == TOTALS.format(2, 3, 2, 1, 0)
 
 
 @pytest.mark.parametrize(

@@ -37,20 +37,19 @@ class Command(BaseCommand):
             "retired timers and settled outbox rows older than now minus this are deleted. "
             "A whole number with one unit: 45s, 90m, 12h, 30d, 2w.",
         )
+        # Two destinations, so that call_command(keep_dead_lettered=False) and
+        # call_command(no_keep_dead_lettered=True) both mean what they say.
         keep = parser.add_mutually_exclusive_group()
         keep.add_argument(
             "--keep-dead-lettered",
-            dest="keep_dead_lettered",
-            action="store_const",
-            const=True,
+            action="store_true",
+            default=None,
             help="Keep every dead-lettered timer and outbox row whatever its age, with the "
             "completed instance it belongs to (default RETENTION['KEEP_DEAD_LETTERED']).",
         )
         keep.add_argument(
             "--no-keep-dead-lettered",
-            dest="keep_dead_lettered",
-            action="store_const",
-            const=False,
+            action="store_true",
             help="Purge dead letters older than the window like any other retired row.",
         )
         parser.add_argument(
@@ -82,7 +81,7 @@ class Command(BaseCommand):
         try:
             policy = RetentionPolicy.build(
                 older_than=_window(options["older_than"], "--older-than"),
-                keep_dead_lettered=options["keep_dead_lettered"],
+                keep_dead_lettered=_keep_dead_lettered(options),
                 audit_older_than=FROM_SETTINGS if audit_older_than is None else audit_older_than,
                 now=now,
             )
@@ -107,9 +106,21 @@ class Command(BaseCommand):
             )
 
 
-def _window(value: str | None, option: str) -> timedelta | None:
-    if value is None:
-        return None
+def _keep_dead_lettered(options: dict[str, Any]) -> bool | None:
+    """True, False, or None for "as RETENTION['KEEP_DEAD_LETTERED'] says"."""
+    keep: bool | None = options["keep_dead_lettered"]
+    if options["no_keep_dead_lettered"]:
+        if keep:
+            raise CommandError(
+                "--keep-dead-lettered and --no-keep-dead-lettered exclude each other"
+            )
+        return False
+    return keep
+
+
+def _window(value: str | timedelta | None, option: str) -> timedelta | None:
+    if value is None or isinstance(value, timedelta):  # call_command may pass a timedelta
+        return value
     try:
         return parse_duration(value)
     except ValueError as exc:
