@@ -159,3 +159,30 @@ def check_audit_recorder(app_configs: Any = None, **kwargs: Any) -> list[CheckMe
             id="bsft_saga.E030",
         )
     ]
+
+
+@register(Tags.compatibility)
+def check_retention_window(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
+    """W040: a ``RETENTION.OLDER_THAN`` shorter than ``MAX_CATCH_UP_AGE`` or a day purges
+    finished instances while their start events may still be redelivered: a redelivered
+    start event then starts the saga a second time (the de-duplication window of start
+    events is the retention window)."""
+    if validate(getattr(settings, SETTING_NAME, None)):
+        return []  # E001 already says what is wrong
+    from bsft_saga.conf import saga_settings
+    from bsft_saga.retention.policy import minimum_safe_window
+
+    window, safe = saga_settings.retention.older_than, minimum_safe_window()
+    if window >= safe:
+        return []
+    return [
+        Warning(
+            f"{SETTING_NAME}['RETENTION']['OLDER_THAN'] ({window}) is shorter than {safe}, the "
+            "longer of TIMEOUTS['MAX_CATCH_UP_AGE'] and a day: a start event redelivered after "
+            "its finished instance was purged starts the saga again.",
+            hint="Keep OLDER_THAN at least as long as MAX_CATCH_UP_AGE and a day; "
+            "see docs/guarantees.md.",
+            obj=SETTING_NAME,
+            id="bsft_saga.W040",
+        )
+    ]

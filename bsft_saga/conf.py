@@ -46,6 +46,14 @@ DEFAULTS: dict[str, dict[str, Any]] = {
         "READ_CONTENT_PERMISSION": None,
         "AUDIT_RECORDER": "bsft_saga.audit.ModelAuditRecorder",
     },
+    "RETENTION": {
+        # What purge_saga_data keeps: finished instances, retired timers and settled outbox
+        # rows younger than this; also the de-duplication window of start events.
+        "OLDER_THAN": timedelta(days=30),
+        "KEEP_DEAD_LETTERED": True,
+        # None: audit records are kept for ever.
+        "AUDIT_OLDER_THAN": None,
+    },
 }
 
 # Sections whose keys are the user's own names rather than our option names.
@@ -131,6 +139,7 @@ def validate(raw: Any) -> list[ConfigProblem]:
         )
     if not _positive_int(_section(raw, "ENGINE")["MAX_CONFLICT_RETRIES"]):
         problems.append(ConfigProblem("ENGINE.MAX_CONFLICT_RETRIES", "must be a positive integer"))
+    problems.extend(_retention_problems(_section(raw, "RETENTION")))
     calendars = raw.get("CALENDARS", {})
     if isinstance(calendars, Mapping):
         for key, spec in calendars.items():
@@ -140,6 +149,30 @@ def validate(raw: Any) -> list[ConfigProblem]:
                 )
             elif not isinstance(spec.get("OPTIONS", {}), Mapping):
                 problems.append(ConfigProblem(f"CALENDARS.{key}.OPTIONS", "must be a dict"))
+    return problems
+
+
+def _retention_problems(retention: Mapping[str, Any]) -> list[ConfigProblem]:
+    problems = []
+    older_than = _as_timedelta(retention["OLDER_THAN"])
+    if older_than is None or older_than <= timedelta(0):
+        problems.append(
+            ConfigProblem(
+                "RETENTION.OLDER_THAN", "must be a positive number of seconds or a timedelta"
+            )
+        )
+    if not isinstance(retention["KEEP_DEAD_LETTERED"], bool):
+        problems.append(ConfigProblem("RETENTION.KEEP_DEAD_LETTERED", "must be True or False"))
+    audit = retention["AUDIT_OLDER_THAN"]
+    audit_window = None if audit is None else _as_timedelta(audit)
+    if audit is not None and (audit_window is None or audit_window <= timedelta(0)):
+        problems.append(
+            ConfigProblem(
+                "RETENTION.AUDIT_OLDER_THAN",
+                "must be None (keep every audit record) or a positive number of seconds "
+                "or a timedelta",
+            )
+        )
     return problems
 
 
@@ -164,6 +197,24 @@ class TimeoutSettings:
 
 
 @dataclass(frozen=True)
+class RetentionSettings:
+    """``RETENTION``: the defaults of ``purge_saga_data`` (command, task and function)."""
+
+    older_than: timedelta
+    keep_dead_lettered: bool
+    audit_older_than: timedelta | None  # None: audit records are kept
+
+    @classmethod
+    def of(cls, retention: Mapping[str, Any]) -> RetentionSettings:
+        audit = retention["AUDIT_OLDER_THAN"]
+        return cls(
+            older_than=_validated_timedelta(retention["OLDER_THAN"]),
+            keep_dead_lettered=retention["KEEP_DEAD_LETTERED"],
+            audit_older_than=None if audit is None else _validated_timedelta(audit),
+        )
+
+
+@dataclass(frozen=True)
 class _Snapshot:
     """The typed view of one ``BSFT_SAGA`` value, built once after it validated."""
 
@@ -172,6 +223,7 @@ class _Snapshot:
     max_conflict_retries: int
     calendars: Mapping[str, Mapping[str, Any]]
     api: dict[str, Any]
+    retention: RetentionSettings
 
     @classmethod
     def of(cls, raw: Mapping[str, Any]) -> _Snapshot:
@@ -194,6 +246,7 @@ class _Snapshot:
             max_conflict_retries=_section(raw, "ENGINE")["MAX_CONFLICT_RETRIES"],
             calendars=raw.get("CALENDARS", {}),
             api=_section(raw, "API"),
+            retention=RetentionSettings.of(_section(raw, "RETENTION")),
         )
 
 
@@ -247,6 +300,10 @@ class SagaSettings:
     @property
     def api(self) -> dict[str, Any]:
         return dict(self._current().api)
+
+    @property
+    def retention(self) -> RetentionSettings:
+        return self._current().retention
 
 
 saga_settings = SagaSettings()

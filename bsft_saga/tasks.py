@@ -108,3 +108,20 @@ def check_beat_schedule(app_configs: Any = None, **kwargs: Any) -> list[CheckMes
             id="bsft_saga.W002",
         )
     ]
+
+
+PURGE_TASK = "bsft_saga.tasks.purge_saga_data"
+
+
+@shared_task(name=PURGE_TASK, ignore_result=True)
+def purge_saga_data() -> dict[str, int]:
+    """Delete what the ``RETENTION`` windows no longer keep (schedule it daily with beat).
+
+    ``bsft_saga.retention.purge_saga_data()`` with every ``RETENTION`` default; returns the
+    rows deleted per table. Bounded batches, so it runs beside live traffic.
+    """
+    from bsft_saga import retention
+
+    report = retention.purge_saga_data()
+    logger.info("bsft_saga purge: %s", report)
+    return asdict(report)

@@ -31,6 +31,11 @@ DOCUMENTED_DEFAULTS = {
         "READ_CONTENT_PERMISSION": None,
         "AUDIT_RECORDER": "bsft_saga.audit.ModelAuditRecorder",
     },
+    "RETENTION": {
+        "OLDER_THAN": timedelta(days=30),
+        "KEEP_DEAD_LETTERED": True,
+        "AUDIT_OLDER_THAN": None,
+    },
 }
 
 
@@ -114,6 +119,12 @@ def test_an_unknown_section_is_rejected_on_access() -> None:
         ({"CALENDARS": {"berlin": "bsft_saga.calendars.X"}}, "CALENDARS.berlin"),
         ({"CALENDARS": {"berlin": {"BACKEND": "x.Y", "OPTIONS": []}}}, "CALENDARS.berlin.OPTIONS"),
         ({"API": []}, "API"),
+        ({"RETENTION": {"OLDER_THAN": 0}}, "RETENTION.OLDER_THAN"),
+        ({"RETENTION": {"OLDER_THAN": "30d"}}, "RETENTION.OLDER_THAN"),
+        ({"RETENTION": {"KEEP_DEAD_LETTERED": 1}}, "RETENTION.KEEP_DEAD_LETTERED"),
+        ({"RETENTION": {"AUDIT_OLDER_THAN": -1}}, "RETENTION.AUDIT_OLDER_THAN"),
+        ({"RETENTION": {"AUDIT_OLDER_THAN": "1y"}}, "RETENTION.AUDIT_OLDER_THAN"),
+        ({"RETENTION": {"OLDER": 1}}, "RETENTION.OLDER"),
     ],
 )
 def test_a_bad_value_is_rejected_naming_its_path(raw: dict[str, Any], path: str) -> None:
@@ -121,6 +132,22 @@ def test_a_bad_value_is_rejected_naming_its_path(raw: dict[str, Any], path: str)
     assert [p.path for p in problems] == [path]
     with override_settings(BSFT_SAGA=raw), pytest.raises(ImproperlyConfigured, match=path):
         saga_settings.timeouts  # noqa: B018
+
+
+def test_retention_defaults_keep_dead_letters_and_every_audit_record() -> None:
+    with override_settings(BSFT_SAGA={}):
+        retention = saga_settings.retention
+    assert retention.older_than == timedelta(days=30)
+    assert retention.keep_dead_lettered is True
+    assert retention.audit_older_than is None
+
+
+def test_retention_windows_are_seconds_or_timedeltas() -> None:
+    raw = {"RETENTION": {"OLDER_THAN": 7 * 86400, "AUDIT_OLDER_THAN": timedelta(days=365)}}
+    with override_settings(BSFT_SAGA=raw):
+        retention = saga_settings.retention
+    assert retention.older_than == timedelta(days=7)
+    assert retention.audit_older_than == timedelta(days=365)
 
 
 def test_calendar_names_are_the_users_own() -> None:

@@ -20,9 +20,10 @@ from bsft_saga import clock, publish
 from bsft_saga.flows.registry import flow_registry
 from bsft_saga.graph import render, render_dot, render_mermaid
 from bsft_saga.models import SagaInstance, SagaTimeout, TimeoutOutcome
+from bsft_saga.retention import purge_timeouts as purge
 from bsft_saga.timeouts import drain_due
 from bsft_saga.timeouts.channel import TimerChannel
-from bsft_saga.timeouts.maintenance import RequeueResult, purge, requeue_dead_lettered
+from bsft_saga.timeouts.maintenance import RequeueResult, requeue_dead_lettered
 from tests.testapp.ops_events import ReminderRequested
 from tests.testapp.ops_flows import (
     REMINDER_SAGA_TYPE,

@@ -1,4 +1,7 @@
-"""``manage.py purge_saga_timeouts``: delete timer rows retired longer ago than a window."""
+"""``manage.py purge_saga_timeouts``: delete timer rows retired longer ago than a window.
+
+The timers-only subset of ``purge_saga_data``.
+"""
 
 from __future__ import annotations
 
@@ -9,7 +12,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from bsft_saga import clock
-from bsft_saga.timeouts.maintenance import purge
+from bsft_saga.retention import WindowError, purge_timeouts
 
 _DURATION = re.compile(r"(?P<count>\d+)(?P<unit>[smhdw])")
 _UNITS = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days", "w": "weeks"}
@@ -23,14 +26,18 @@ def parse_duration(value: str) -> timedelta:
             f"{value!r} is not a duration; use a whole number and one unit of s, m, h, d or w, "
             "e.g. 30d, 12h, 90m, 45s, 2w"
         )
-    return timedelta(**{_UNITS[match["unit"]]: int(match["count"])})
+    try:
+        return timedelta(**{_UNITS[match["unit"]]: int(match["count"])})
+    except OverflowError:
+        raise ValueError(f"{value!r} is too long a duration") from None
 
 
 class Command(BaseCommand):
     help = (
         "Delete saga timer rows that left the pending set (fired, missed, canceled or "
         "dead-lettered) longer ago than --older-than. Pending timers are never touched. "
-        "Run it on a schedule: retention is your decision, bsft_saga never purges by itself."
+        "The timers-only part of purge_saga_data, which also purges finished instances, "
+        "their inbox rows and outbox rows: schedule that one."
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
@@ -69,13 +76,16 @@ class Command(BaseCommand):
                 f"--batch-size must be a positive integer, got {options['batch_size']}"
             )
         now = clock.now()
-        count = purge(
-            older_than,
-            keep_dead_lettered=options["keep_dead_lettered"],
-            dry_run=options["dry_run"],
-            batch_size=options["batch_size"],
-            now=now,
-        )
+        try:
+            count = purge_timeouts(
+                older_than,
+                keep_dead_lettered=options["keep_dead_lettered"],
+                dry_run=options["dry_run"],
+                batch_size=options["batch_size"],
+                now=now,
+            )
+        except WindowError as exc:
+            raise CommandError(f"--older-than {exc.problem}") from None
         if int(options["verbosity"]) < 1:
             return
         cutoff = f"{now - older_than:%Y-%m-%d %H:%M:%S} UTC"

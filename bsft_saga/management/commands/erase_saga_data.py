@@ -1,0 +1,77 @@
+"""``manage.py erase_saga_data``: forget every instance of one saga type's correlation key."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+
+from bsft_saga.models import SagaInstance
+from bsft_saga.retention import erase_saga_data
+
+_MAX_LENGTHS = {
+    "SAGA_TYPE": SagaInstance._meta.get_field("saga_type").max_length,
+    "KEY": SagaInstance._meta.get_field("correlation_key").max_length,
+}
+
+
+class Command(BaseCommand):
+    help = (
+        "Erase saga data of one correlation key (an erasure request): every completed "
+        "instance of SAGA_TYPE for KEY, with its inbox rows, timers and outbox rows, "
+        "undelivered ones included. The active instance too with --include-active (its "
+        "pending timers are cancelled first). Each erased instance gets one audit record "
+        "'saga.instance.erased'. The last line is instances=N."
+    )
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument("saga_type", metavar="SAGA_TYPE", help="The flow's saga_type.")
+        parser.add_argument(
+            "key", metavar="KEY", help="The correlation key ('' for a single-instance flow)."
+        )
+        parser.add_argument(
+            "--include-active",
+            action="store_true",
+            help="Also erase the active instance of the key, cancelling its pending timers.",
+        )
+        parser.add_argument(
+            "--dry-run",
+            action="store_true",
+            help="Only count the instances that would be erased; write no audit record.",
+        )
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        saga_type = _argument(options["saga_type"], "SAGA_TYPE")
+        key = _argument(options["key"], "KEY")
+        report = erase_saga_data(
+            saga_type, key, include_active=options["include_active"], dry_run=options["dry_run"]
+        )
+        if int(options["verbosity"]) >= 1:
+            for pk in report.kept_active:
+                self.stderr.write(
+                    self.style.WARNING(
+                        f"kept active instance {pk} of {saga_type}[{key}]: "
+                        "pass --include-active to erase it too"
+                    )
+                )
+            rows = report.rows
+            if options["dry_run"]:
+                self.stdout.write(
+                    f"Would erase {report.instances} instance(s) of {saga_type}[{key}]."
+                )
+            else:
+                self.stdout.write(
+                    f"Erased {report.instances} instance(s) of {saga_type}[{key}] "
+                    f"(inbox={rows.inbox} timeouts={rows.timeouts} outbox={rows.outbox})."
+                )
+        # Last, at every verbosity: scripts read it with `tail -n 1`.
+        self.stdout.write(self.style.SUCCESS(f"instances={report.instances}"))
+
+
+def _argument(value: str, name: str) -> str:
+    if "\x00" in value:
+        raise CommandError(f"{name} must not contain NUL characters")
+    limit = _MAX_LENGTHS[name]
+    if limit is not None and len(value) > limit:
+        raise CommandError(f"{name} is {len(value)} characters long; at most {limit} are stored")
+    return value
