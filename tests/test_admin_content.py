@@ -107,7 +107,8 @@ def test_lookups_on_metadata_still_filter(viewer: Client, rows: ContentRows) -> 
     other = make_saga("someone-else")
     make_timeout(other, "dead", outcome="dead_lettered")
 
-    page = viewer.get(admin_url("sagatimeout", "changelist"), {"saga__id__exact": rows.saga.pk})
+    query = {"saga__id__exact": str(rows.saga.pk)}
+    page = viewer.get(admin_url("sagatimeout", "changelist"), query)
 
     assert page.status_code == 200
     assert set(page.context["cl"].result_list) == {rows.dead, rows.pending}
