@@ -29,10 +29,13 @@ INSTALLED_APPS = [
     "django.contrib.contenttypes",
     "django.contrib.sessions",
     "django.contrib.messages",
+    "django.contrib.staticfiles",  # the browser tests' live server serves the admin's CSS
     "rest_framework",
     "bsft_saga",
     "tests.testapp",
 ]
+
+STATIC_URL = "static/"
 
 MIDDLEWARE = [
     "django.contrib.sessions.middleware.SessionMiddleware",
