@@ -9,6 +9,7 @@ from __future__ import annotations
 import uuid
 from datetime import timedelta
 from io import StringIO
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -110,3 +111,11 @@ def test_a_long_bad_value_is_cut_short_in_the_message() -> None:
 def test_a_negative_duration_from_code_is_out_of_range() -> None:
     with pytest.raises(CommandError, match=r"^--older-than: .* out of range"):
         arguments.duration("--older-than", timedelta(seconds=-1))
+
+
+def test_the_error_docs_operations_shows_is_the_real_one() -> None:
+    docs = (Path(__file__).resolve().parent.parent / "docs" / "operations.md").read_text()
+    with pytest.raises(CommandError) as raised:
+        run("requeue_saga_timeouts", "--id", HUGE)
+
+    assert f"CommandError: {raised.value}\n" in docs
