@@ -20,6 +20,7 @@ from urllib.parse import quote
 import pytest
 from django.test import Client
 
+from bsft_saga.api.filters import SagaInstanceFilter
 from bsft_saga.models import SagaAuditRecord
 from tests.admin_support import SECRET, ContentRows, admin_url, make_content_rows, staff_client
 
@@ -46,21 +47,8 @@ HOSTILE = [
 # Sent as they are: bytes that are not UTF-8 text (a lone surrogate's encoding, 0xFF).
 RAW_HOSTILE = ["%ED%A0%80", "%FF", "%00"]
 
-API_FILTERS = [
-    "saga_type",
-    "saga_type_prefix",
-    "correlation_key",
-    "state_type",
-    "is_complete",
-    "created_after",
-    "created_before",
-    "updated_after",
-    "updated_before",
-    "min_step_index",
-    "ordering",
-    "page",
-    "page_size",
-]
+# Every filter the list declares (a new one is walked too), and the paging and ordering.
+API_FILTERS = [*SagaInstanceFilter.base_filters, "ordering", "page", "page_size"]
 
 ADMIN_PARAMS = {
     "sagainstance": [
