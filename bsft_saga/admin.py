@@ -6,8 +6,10 @@ Nothing here edits a row: the engine and the dispatcher own every write. The one
 
 State, payloads and error messages (which can quote payloads) are shown only to users with
 the content permission (``BSFT_SAGA["API"]["READ_CONTENT_PERMISSION"]``, or
-``bsft_saga.read_saga_content`` when that is ``None``); each such view of an instance or a
-timer is recorded by the configured audit recorder, like a read through the HTTP API.
+``bsft_saga.read_saga_content`` when that is ``None``), and only while an audit recorder is
+configured: each page view that shows content (an instance, a timer, an outbox row) is
+recorded, like a read through the HTTP API, and with ``AUDIT_RECORDER = None`` no page shows
+any. No changelist URL may filter on content (``bsft_saga.admin_queries``).
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from django.utils.translation import gettext_lazy as _
 from django.utils.translation import ngettext
 
 from bsft_saga import clock, outbox
+from bsft_saga.admin_queries import ContentLookupGuardMixin
 from bsft_saga.audit import READ_CONTENT, get_audit_recorder
 from bsft_saga.conf import saga_settings
 from bsft_saga.delivery.requeue import RequeueResult
@@ -39,6 +42,7 @@ from bsft_saga.querysets import (
     SagaTimeoutQuerySet,
 )
 from bsft_saga.timeouts import maintenance
+from bsft_saga.timeouts.listing import RETIRED_TIMEOUTS_LISTED, listed_timeouts
 
 CONTENT_PERMISSION_FALLBACK = "bsft_saga.read_saga_content"
 
@@ -51,6 +55,12 @@ def can_read_content(request: HttpRequest) -> bool:
     """Whether the user may see saga state, payloads and error messages."""
     permission = saga_settings.api["READ_CONTENT_PERMISSION"] or CONTENT_PERMISSION_FALLBACK
     return bool(request.user.has_perm(permission))
+
+
+def shows_content(request: HttpRequest) -> bool:
+    """Whether pages show content to this request: the user may read it, and the read can
+    be audited (with ``AUDIT_RECORDER = None`` nobody sees content in the admin)."""
+    return can_read_content(request) and get_audit_recorder() is not None
 
 
 def _pretty_json(value: Any) -> SafeString:
@@ -70,7 +80,7 @@ class NoWritesMixin:
         return False
 
 
-class ReadOnlyAdmin(NoWritesMixin, admin.ModelAdmin):
+class ReadOnlyAdmin(ContentLookupGuardMixin, NoWritesMixin, admin.ModelAdmin):
     """Viewable with the model's view permission; no add, change or delete for anyone."""
 
     # A filtered page would otherwise also COUNT(*) the whole table, on every load.
@@ -79,8 +89,12 @@ class ReadOnlyAdmin(NoWritesMixin, admin.ModelAdmin):
     def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> Any:
         return self.get_fields(request, obj)
 
+    #: Display fields that show content; a change page lists them only to content readers.
+    content_fields: tuple[str, ...] = ()
+
     def audited_saga(self, obj: Any) -> SagaInstance | None:
-        """The saga whose content a change page shows (audited like an HTTP read); None: none."""
+        """The saga a change page's content belongs to, named in its audit record; ``None``
+        for a row without one (the record then names no saga)."""
         return None
 
     def change_view(
@@ -92,27 +106,27 @@ class ReadOnlyAdmin(NoWritesMixin, admin.ModelAdmin):
     ) -> HttpResponse:
         response = super().change_view(request, object_id, form_url, extra_context)
         shown = _shown_object(response)
-        saga = None if shown is None else self.audited_saga(shown)
-        if saga is not None and can_read_content(request):
-            _audit_content_read(request, saga)
+        # Recorded before the (lazy) template renders: a recorder that fails serves nothing.
+        if shown is not None and self.content_fields and shows_content(request):
+            _audit_content_read(request, self.audited_saga(shown))
         return response
 
     def get_fields(self, request: HttpRequest, obj: Any = None) -> Any:
         fields = list(self.fields or ())
-        if can_read_content(request):
-            fields += list(getattr(self, "content_fields", ()))
+        if shows_content(request):
+            fields += list(self.content_fields)
         return fields
 
 
-def _audit_content_read(request: HttpRequest, saga: SagaInstance) -> None:
+def _audit_content_read(request: HttpRequest, saga: SagaInstance | None) -> None:
     recorder = get_audit_recorder()
     if recorder is not None:
         recorder.record(
             action=READ_CONTENT,
             user=request.user,
-            saga_type=saga.saga_type,
-            correlation_key=saga.correlation_key or None,
-            instance_id=saga.pk,
+            saga_type=saga.saga_type if saga is not None else "",
+            correlation_key=(saga.correlation_key or None) if saga is not None else None,
+            instance_id=saga.pk if saga is not None else None,
         )
 
 
@@ -180,7 +194,7 @@ class SagaInstanceAdmin(ReadOnlyAdmin):
     search_fields = ("saga_type", "correlation_key")
     date_hierarchy = "updated_at"
     ordering = ("-updated_at",)
-    fields = SagaInstance.PROGRESS_FIELDS
+    fields = (*SagaInstance.PROGRESS_FIELDS, "timers")
     content_fields = ("state_json",)
     inlines = (SagaTimeoutInline,)
 
@@ -194,6 +208,34 @@ class SagaInstanceAdmin(ReadOnlyAdmin):
 
     def audited_saga(self, obj: SagaInstance) -> SagaInstance:
         return obj
+
+    def get_formset_kwargs(
+        self, request: HttpRequest, obj: Any, inline: Any, prefix: str
+    ) -> dict[str, Any]:
+        kwargs: dict[str, Any] = super().get_formset_kwargs(request, obj, inline, prefix)
+        if isinstance(inline, SagaTimeoutInline) and obj is not None and obj.pk is not None:
+            # Capped like the HTTP detail: a recurring timer leaves a row per occurrence.
+            kwargs["queryset"] = listed_timeouts(obj)
+        return kwargs
+
+    @admin.display(description=_("timers"))
+    def timers(self, obj: SagaInstance) -> SafeString:
+        total = obj.timeouts.count()
+        url = reverse(f"{self.admin_site.name}:bsft_saga_sagatimeout_changelist")
+        return format_html(
+            '{} <a href="{}?saga__id__exact={}">{}</a>',
+            ngettext(
+                "%(total)d timer in all; the list below shows every pending one and the "
+                "%(retired)d most recently retired.",
+                "%(total)d timers in all; the list below shows every pending one and the "
+                "%(retired)d most recently retired.",
+                total,
+            )
+            % {"total": total, "retired": RETIRED_TIMEOUTS_LISTED},
+            url,
+            obj.pk,
+            _("All timers of this saga"),
+        )
 
 
 def _shown_object(response: HttpResponse) -> Model | None:
@@ -410,6 +452,9 @@ class SagaOutboxMessageAdmin(ReadOnlyAdmin):
     @admin.display(description=_("payload"))
     def payload_json(self, obj: SagaOutboxMessage) -> SafeString:
         return _pretty_json(obj.payload)
+
+    def audited_saga(self, obj: SagaOutboxMessage) -> SagaInstance | None:
+        return obj.saga
 
 
 @admin.register(SagaAuditRecord)

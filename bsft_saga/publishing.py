@@ -7,7 +7,7 @@ from datetime import datetime
 from typing import Any
 
 from bsft_saga import clock
-from bsft_saga.correlation import get_correlation_id
+from bsft_saga.correlation import MAX_LENGTH, get_correlation_id
 from bsft_saga.events import codec
 from bsft_saga.events.envelope import Envelope
 from bsft_saga.events.registry import event_type_of
@@ -31,17 +31,22 @@ def publish(
     (by a Celery task, or by the drain if that enqueue is lost).
 
     ``correlation_id`` defaults to the ambient one. A payload the codec cannot encode is
-    a ``TypeError`` here; a naive ``deadline`` is a ``ValueError``.
+    a ``TypeError`` here; a naive ``deadline``, or a correlation id (given or ambient)
+    longer than 200 characters, is a ``ValueError``. Nothing is written when it raises.
     """
     event_type = event_type_of(event)
     payload = codec.encode(event)  # fail now, not when a worker reads the row back
     if deadline is not None and (deadline.tzinfo is None or deadline.utcoffset() is None):
         raise ValueError(f"publish({event_type}): deadline must be an aware datetime")
+    if correlation_id is None:
+        correlation_id = get_correlation_id()
+    if correlation_id is not None:
+        _check_correlation_id(event_type, correlation_id)
     envelope = Envelope(
         message_id=_as_uuid(message_id) if message_id is not None else uuid.uuid4(),
         event=event,
         event_type=event_type,
-        correlation_id=correlation_id if correlation_id is not None else get_correlation_id(),
+        correlation_id=correlation_id,
         causation_id=None,
         deadline=deadline,
         published_at=clock.now(),
@@ -53,6 +58,24 @@ def publish(
     else:
         send_envelope(envelope)
     return envelope
+
+
+def _check_correlation_id(event_type: str, correlation_id: str) -> None:
+    # Stored with every timer and outbox row (a 200-character column): refused here, before
+    # anything is written, rather than by PostgreSQL at commit (SQLite would store it).
+    if not isinstance(correlation_id, str):
+        raise TypeError(
+            f"publish({event_type}): correlation_id must be a str, "
+            f"got {type(correlation_id).__name__}"
+        )
+    if len(correlation_id) > MAX_LENGTH:
+        raise ValueError(
+            f"publish({event_type}): the correlation id is {len(correlation_id)} characters "
+            f"long; at most {MAX_LENGTH} are stored"
+        )
+    problem = codec.unstorable_text(correlation_id)
+    if problem is not None:
+        raise ValueError(f"publish({event_type}): the correlation id cannot be stored: {problem}")
 
 
 def _as_uuid(value: uuid.UUID | str) -> uuid.UUID:

@@ -29,11 +29,14 @@ INSTALLED_APPS = [
     "django.contrib.contenttypes",
     "django.contrib.sessions",
     "django.contrib.messages",
+    "django.contrib.staticfiles",  # the browser tests' live server serves the admin's CSS
     "rest_framework",
     "bsft_saga",
     "tests.testapp",
     "tests.eventsapp",
 ]
+
+STATIC_URL = "static/"
 
 MIDDLEWARE = [
     "django.contrib.sessions.middleware.SessionMiddleware",

@@ -337,7 +337,7 @@ def test_detail_adds_the_state_as_plain_json(reader: APIClient) -> None:
 
     body = reader.get(detail(saga.pk)).json()
 
-    assert set(body) == {*INSTANCE_FIELDS, "state", "timeouts"}
+    assert set(body) == {*INSTANCE_FIELDS, "state", "timeouts", "timeouts_total"}
     assert body["id"] == str(saga.pk)
     assert body["state"]["total"] == "250.00"
     assert body["state"]["reserved"] is False

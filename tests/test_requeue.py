@@ -215,7 +215,7 @@ def test_requeue_saga_outbox_names_what_it_refused_and_fails(
 
 
 def test_requeue_saga_outbox_ids_must_be_message_ids() -> None:
-    with pytest.raises(CommandError, match="--id: 'abc' is not a message id"):
+    with pytest.raises(CommandError, match="--id: 'abc' is not a UUID"):
         call_command("requeue_saga_outbox", "--id", "abc")
 
 

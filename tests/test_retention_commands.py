@@ -127,8 +127,8 @@ def test_purge_options_given_to_call_command_mean_what_they_say(
     [
         (["--older-than", "30"], "--older-than: '30' is not a duration"),
         (["--audit-older-than", "1y"], "--audit-older-than: '1y' is not a duration"),
-        (["--older-than", "99999999999d"], "--older-than: '99999999999d' is too long"),
-        (["--audit-older-than", "999999999d"], "--audit-older-than reaches back before the year"),
+        (["--older-than", "99999999999d"], "--older-than: '99999999999d' is out of range"),
+        (["--audit-older-than", "999999999d"], "--audit-older-than: '999999999d' is out of range"),
         (["--batch-size", "0"], "--batch-size must be a positive integer, got 0"),
     ],
 )
@@ -146,7 +146,7 @@ def test_purge_saga_timeouts_is_the_timers_only_subset(history: dict[str, Any]) 
 
 
 def test_purge_saga_timeouts_rejects_a_window_too_long_to_measure() -> None:
-    with pytest.raises(CommandError, match="--older-than reaches back before the year 1"):
+    with pytest.raises(CommandError, match="--older-than: '999999999d' is out of range"):
         run("purge_saga_timeouts", "--older-than", "999999999d")
 
 

@@ -1,10 +1,20 @@
-"""Query filters of the instance list."""
+"""Query filters of the instance list.
+
+Every value either filters or is a 400 naming its parameter; none reaches the database in a
+form it refuses (``tests/test_hostile_queries.py`` walks them).
+"""
 
 from __future__ import annotations
 
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
 import django_filters
 from django import forms
+from django.core.exceptions import ValidationError
+from django.utils.translation import gettext_lazy as _
 from django_filters import rest_framework as drf_filters
+from django_filters.fields import IsoDateTimeField
 
 from bsft_saga.models import SagaInstance
 
@@ -23,6 +33,45 @@ class StoredIntegerFilter(django_filters.NumberFilter):
         super().__init__(*args, **kwargs)
 
 
+# A day inside datetime's range: the instant then converts to any database time zone.
+EARLIEST = datetime.min.replace(tzinfo=UTC) + timedelta(days=1)
+LATEST = datetime.max.replace(tzinfo=UTC) - timedelta(days=1)
+
+
+class BoundedIsoDateTimeField(IsoDateTimeField):
+    """An ISO 8601 datetime within the range every database compares without overflow.
+
+    ``9999-12-31T23:59:59-23:59`` parses, but it is in year 10000 in UTC: SQLite's adapter
+    would raise ``OverflowError`` and PostgreSQL ``DataError`` (a 500). Out of range is a
+    validation error instead, which the API answers with 400 naming the parameter.
+    """
+
+    default_error_messages = {
+        "out_of_range": _("Enter a date and time between %(earliest)s and %(latest)s (UTC)."),
+    }
+
+    def to_python(self, value: Any) -> Any:
+        parsed = super().to_python(value)
+        if parsed is None:
+            return parsed
+        try:
+            instant = parsed.astimezone(UTC) if parsed.tzinfo is not None else parsed
+            in_range = EARLIEST <= instant.replace(tzinfo=UTC) <= LATEST
+        except OverflowError:
+            in_range = False
+        if not in_range:
+            raise ValidationError(
+                self.error_messages["out_of_range"],
+                code="out_of_range",
+                params={"earliest": EARLIEST.date(), "latest": LATEST.date()},
+            )
+        return parsed
+
+
+class BoundedIsoDateTimeFilter(django_filters.IsoDateTimeFilter):
+    field_class = BoundedIsoDateTimeField
+
+
 class SagaInstanceFilter(django_filters.FilterSet):
     """The stall query is ``?is_complete=false&updated_before=<an hour ago>``."""
 
@@ -31,10 +80,10 @@ class SagaInstanceFilter(django_filters.FilterSet):
     correlation_key = django_filters.CharFilter()
     state_type = django_filters.CharFilter()
     is_complete = drf_filters.BooleanFilter()  # accepts true/false and 1/0
-    created_after = django_filters.IsoDateTimeFilter(field_name="created_at", lookup_expr="gte")
-    created_before = django_filters.IsoDateTimeFilter(field_name="created_at", lookup_expr="lt")
-    updated_after = django_filters.IsoDateTimeFilter(field_name="updated_at", lookup_expr="gte")
-    updated_before = django_filters.IsoDateTimeFilter(field_name="updated_at", lookup_expr="lt")
+    created_after = BoundedIsoDateTimeFilter(field_name="created_at", lookup_expr="gte")
+    created_before = BoundedIsoDateTimeFilter(field_name="created_at", lookup_expr="lt")
+    updated_after = BoundedIsoDateTimeFilter(field_name="updated_at", lookup_expr="gte")
+    updated_before = BoundedIsoDateTimeFilter(field_name="updated_at", lookup_expr="lt")
     min_step_index = django_filters.NumberFilter(field_name="step_index", lookup_expr="gte")
     flow_version = StoredIntegerFilter()
 

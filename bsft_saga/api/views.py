@@ -6,11 +6,11 @@ from __future__ import annotations
 from typing import Any
 
 from django.core.exceptions import ImproperlyConfigured
-from django.db.models import Prefetch
 from django.http import Http404
 from django_filters.rest_framework import DjangoFilterBackend
 from drf_spectacular.openapi import AutoSchema
 from drf_spectacular.views import SpectacularAPIView
+from rest_framework.decorators import action
 from rest_framework.filters import OrderingFilter
 from rest_framework.pagination import PageNumberPagination
 from rest_framework.permissions import BasePermission
@@ -22,10 +22,15 @@ from rest_framework.viewsets import ReadOnlyModelViewSet
 
 from bsft_saga.api.filters import SagaInstanceFilter
 from bsft_saga.api.permissions import CanReadSagaContent, CanViewSagas
-from bsft_saga.api.serializers import SagaInstanceDetailSerializer, SagaInstanceSerializer
-from bsft_saga.audit import READ_CONTENT, get_audit_recorder
+from bsft_saga.api.serializers import (
+    SagaInstanceDetailSerializer,
+    SagaInstanceSerializer,
+    SagaTimeoutSerializer,
+)
+from bsft_saga.audit import READ_CONTENT, AuditRecorder, get_audit_recorder
 from bsft_saga.conf import saga_settings
-from bsft_saga.models import SagaInstance, SagaTimeout
+from bsft_saga.models import SagaInstance
+from bsft_saga.timeouts.listing import in_listing_order
 
 
 class SagaPagination(PageNumberPagination):
@@ -34,10 +39,16 @@ class SagaPagination(PageNumberPagination):
     max_page_size = 500
 
 
+# The routes that serve content: audited, and mapped only with READ_CONTENT_PERMISSION.
+CONTENT_ACTIONS = frozenset({"retrieve", "timeouts"})
+
+
 class SagaInstanceViewSet(ReadOnlyModelViewSet[SagaInstance]):
     """``GET instances/``: progress metadata, newest transition first.
-    ``GET instances/<id>/``: state and timers, audited; 404 unless
-    ``READ_CONTENT_PERMISSION`` is configured (the route is then effectively unmapped)."""
+    ``GET instances/<id>/``: state, every pending timer and the newest retired ones,
+    audited. ``GET instances/<id>/timeouts/``: all of the instance's timers, paged, audited.
+    The two content routes are 404 unless ``READ_CONTENT_PERMISSION`` is configured (they
+    are then effectively unmapped)."""
 
     queryset = SagaInstance.objects.all()
     filter_backends = [DjangoFilterBackend, OrderingFilter]
@@ -50,43 +61,61 @@ class SagaInstanceViewSet(ReadOnlyModelViewSet[SagaInstance]):
 
     def initial(self, request: Request, *args: Any, **kwargs: Any) -> None:
         # Before authentication and permissions, so that everyone gets the same 404.
-        if self.action == "retrieve" and not saga_settings.api["READ_CONTENT_PERMISSION"]:
+        if self.action in CONTENT_ACTIONS and not saga_settings.api["READ_CONTENT_PERMISSION"]:
             raise Http404("Reading saga content is not enabled.")
         super().initial(request, *args, **kwargs)
 
     def get_permissions(self) -> list[BasePermission]:
-        if self.action == "retrieve":
+        if self.action in CONTENT_ACTIONS:
             return [CanViewSagas(), CanReadSagaContent()]
         return [CanViewSagas()]
 
-    def get_serializer_class(self) -> type[BaseSerializer[SagaInstance]]:
+    def get_serializer_class(self) -> type[BaseSerializer[Any]]:
         if self.action == "retrieve":
             return SagaInstanceDetailSerializer
+        if self.action == "timeouts":
+            return SagaTimeoutSerializer
         return SagaInstanceSerializer
 
-    def get_queryset(self) -> Any:
-        queryset = super().get_queryset()
-        if self.action == "retrieve":
-            timeouts = SagaTimeout.objects.order_by("due_at", "id")
-            return queryset.prefetch_related(Prefetch("timeouts", queryset=timeouts))
-        return queryset
-
     def retrieve(self, request: Request, *args: Any, **kwargs: Any) -> Response:
-        recorder = get_audit_recorder()
-        if recorder is None:
-            raise ImproperlyConfigured(
-                "BSFT_SAGA['API']['READ_CONTENT_PERMISSION'] is set but AUDIT_RECORDER is None: "
-                "saga content is never served unaudited."
-            )
+        recorder = _content_recorder()
         instance = self.get_object()  # a miss raises 404 here and records nothing
-        recorder.record(
-            action=READ_CONTENT,
-            user=request.user,
-            saga_type=instance.saga_type,
-            correlation_key=instance.correlation_key or None,
-            instance_id=instance.pk,
-        )
+        _record_content_read(recorder, request, instance)
         return Response(self.get_serializer(instance).data)
+
+    @action(detail=True, methods=["get"], url_path="timeouts")
+    def timeouts(self, request: Request, pk: str | None = None) -> Response:
+        """Every timer of the instance, paged: pending ones first (soonest due first), then
+        retired ones, most recently retired first. Audited like the detail."""
+        recorder = _content_recorder()
+        instance = self.get_object()
+        # The viewset is typed for instances; this one route pages timer rows.
+        timeouts: Any = in_listing_order(instance.timeouts.all())
+        page: Any = self.paginate_queryset(timeouts)
+        # After paging: a page that does not exist is DRF's 404 and, like any miss,
+        # records nothing.
+        _record_content_read(recorder, request, instance)
+        return self.get_paginated_response(SagaTimeoutSerializer(page, many=True).data)
+
+
+def _content_recorder() -> AuditRecorder:
+    recorder = get_audit_recorder()
+    if recorder is None:
+        raise ImproperlyConfigured(
+            "BSFT_SAGA['API']['READ_CONTENT_PERMISSION'] is set but AUDIT_RECORDER is None: "
+            "saga content is never served unaudited."
+        )
+    return recorder
+
+
+def _record_content_read(recorder: AuditRecorder, request: Request, instance: SagaInstance) -> None:
+    recorder.record(
+        action=READ_CONTENT,
+        user=request.user,
+        saga_type=instance.saga_type,
+        correlation_key=instance.correlation_key or None,
+        instance_id=instance.pk,
+    )
 
 
 class SagaSchemaView(SpectacularAPIView):

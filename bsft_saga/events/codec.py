@@ -19,17 +19,21 @@ What the wire format looks like:
 
 - ``bool`` is not ``int``: ``True`` in an ``int`` field (or ``1`` in a ``bool`` field) is a
   ``TypeError``, because it would come back as a different type.
-- ``float`` accepts ``int`` values and always decodes to ``float``. NaN, ±infinity and
-  ``-0.0`` are written as the strings ``"NaN"``, ``"Infinity"``, ``"-Infinity"`` and
-  ``"-0.0"``: JSON has no literal for the first three and ``jsonb`` numerics drop the sign
-  of zero. A JSON integer in a ``float`` field is accepted (``jsonb`` prints ``1e20`` as
-  ``100000000000000000000``).
+- ``str`` must not hold a NUL character or a lone surrogate (``"\\ud800"``): PostgreSQL
+  cannot store either, so they are a ``TypeError`` here on every backend.
+- ``float`` accepts ``int`` values up to 2**53 in magnitude (beyond that a float cannot
+  hold every int exactly, so a larger one is a ``TypeError``) and always decodes to
+  ``float``. NaN, ±infinity and ``-0.0`` are written as the strings ``"NaN"``,
+  ``"Infinity"``, ``"-Infinity"`` and ``"-0.0"``: JSON has no literal for the first three
+  and ``jsonb`` numerics drop the sign of zero. A JSON integer in a ``float`` field is
+  accepted (``jsonb`` prints ``1e20`` as ``100000000000000000000``).
 - ``Decimal`` is written as its ``str()``, which keeps the exponent (``"1.00"``,
   ``"1E+2"``) and the special values.
 - ``datetime`` is written with ``isoformat()`` (microseconds and UTC offset kept). An aware
   value comes back with a fixed-offset ``tzinfo``: the same instant and the same offset,
   not the same zone object.
-- Dict keys are JSON object keys, hence strings; ``decode`` turns them back.
+- Dict keys are JSON object keys, hence strings; ``decode`` turns them back. An error
+  inside a dict names the entry by its position (``Order.totals[entry 2]``), not its key.
 - Fields declared with ``init=False`` are derived in ``__post_init__``; they are neither
   written nor read.
 
@@ -52,7 +56,7 @@ from enum import Enum
 from typing import Any, NamedTuple, TypeVar
 from uuid import UUID
 
-__all__ = ["check_dataclass", "decode", "encode"]
+__all__ = ["check_dataclass", "decode", "encode", "unstorable_text"]
 
 T = TypeVar("T")
 
@@ -193,6 +197,40 @@ class _Exact(_Codec):
         return data
 
 
+# PostgreSQL cannot store either in a text or jsonb value (``DataError`` /
+# ``UnicodeEncodeError``), while SQLite would: refused here, so that every backend behaves
+# the same and the failure is the caller's ``TypeError`` at publish, not a poisoned
+# transaction at commit.
+_UNSTORABLE_TEXT = re.compile("[\x00\ud800-\udfff]")
+
+
+def unstorable_text(text: str) -> str | None:
+    """Say why a database could not store ``text`` (without quoting it); ``None``: it can."""
+    if text.isascii():
+        if "\x00" in text:
+            return "str holds a NUL character, which PostgreSQL cannot store"
+        return None
+    if _UNSTORABLE_TEXT.search(text) is not None:
+        return "str holds a NUL character or a lone surrogate, which PostgreSQL cannot store"
+    return None
+
+
+class _TextCodec(_Exact):
+    """``str``: exactly ``str``, and only text every backend can store."""
+
+    __slots__ = ()
+
+    def __init__(self) -> None:
+        super().__init__(str, "string")
+
+    def encode(self, value: Any) -> Any:
+        text = super().encode(value)
+        problem = unstorable_text(text)
+        if problem is not None:
+            raise _Invalid(problem)
+        return text
+
+
 class _NoneCodec(_Codec):
     __slots__ = ()
 
@@ -217,15 +255,21 @@ def _encode_float(value: float) -> float | str:
     return value
 
 
+# The largest magnitude up to which every int has an exact float (IEEE 754 binary64).
+_FLOAT_EXACT_INT_LIMIT = 2**53
+
+
 class _FloatCodec(_Codec):
     __slots__ = ()
 
     def encode(self, value: Any) -> Any:
         if type(value) is int:  # an int is a valid float value (PEP 484); bool is not
-            try:
-                return float(value)
-            except OverflowError:
-                raise _Invalid("int value is too large for a float field") from None
+            if abs(value) > _FLOAT_EXACT_INT_LIMIT:
+                raise _Invalid(
+                    "int value is too large for a float field: above 2**53 in magnitude a "
+                    "float cannot hold it exactly (use an int or Decimal field)"
+                )
+            return float(value)
         if not isinstance(value, float):
             raise _wrong_value("float", value)
         return _encode_float(float(value))
@@ -492,6 +536,16 @@ class _KeyCodec:
         return self.inner.decode(number)
 
 
+# A dict entry is named by its position, never by its key: keys are data too (an e-mail
+# address, a customer id), and these messages end up in logs and the dead-letter column.
+def _entry_place(position: int) -> str:
+    return f"[entry {position}]"
+
+
+def _key_place(position: int) -> str:
+    return f"[key of entry {position}]"
+
+
 class _DictCodec(_Codec):
     __slots__ = ("key", "value")
 
@@ -503,22 +557,30 @@ class _DictCodec(_Codec):
         if not isinstance(value, dict):
             raise _wrong_value("dict", value)
         encoded: dict[str, Any] = {}
-        for key, item in value.items():
+        for position, (key, item) in enumerate(value.items()):
             try:
-                encoded[self.key.encode(key)] = self.value.encode(item)
+                text = self.key.encode(key)
             except _Invalid as exc:
-                raise exc.at(f"[{key!r}]") from None
+                raise exc.at(_key_place(position)) from None
+            try:
+                encoded[text] = self.value.encode(item)
+            except _Invalid as exc:
+                raise exc.at(_entry_place(position)) from None
         return encoded
 
     def decode(self, data: Any) -> Any:
         if not isinstance(data, Mapping):
             raise _wrong_json("a JSON object", data)
         decoded: dict[Any, Any] = {}
-        for text, item in data.items():
+        for position, (text, item) in enumerate(data.items()):
             try:
-                decoded[self.key.decode(text)] = self.value.decode(item)
+                key = self.key.decode(text)
             except _Invalid as exc:
-                raise exc.at(f"[{text!r}]") from None
+                raise exc.at(_key_place(position)) from None
+            try:
+                decoded[key] = self.value.decode(item)
+            except _Invalid as exc:
+                raise exc.at(_entry_place(position)) from None
         return decoded
 
     def nested_dataclasses(self) -> Iterator[type[Any]]:
@@ -567,7 +629,7 @@ class _DataclassCodec(_Codec):
 
 # --- compiling annotations ------------------------------------------------------------
 
-_STR = _Exact(str, "string")
+_STR = _TextCodec()
 _INT = _Exact(int, "integer")
 _BOOL = _Exact(bool, "boolean")
 

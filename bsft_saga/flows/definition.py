@@ -14,6 +14,9 @@ Body = Callable[[Any, Any], Any]
 Predicate = Callable[[Any, Any], Any]
 KeySelector = Callable[[Any], str]
 
+#: The longest correlation key a flow's ``key`` may return (``SagaInstance.correlation_key``).
+MAX_CORRELATION_KEY_LENGTH = 200
+
 
 @dataclass(frozen=True)
 class EmptyState:
@@ -31,6 +34,11 @@ class Trigger:
     def key_for(self, event: Any, *, where: Callable[[], str]) -> str:
         """Return the correlation key for ``event`` ("" for single-instance flows).
 
+        A key that is not a ``str`` is a ``TypeError``; one longer than
+        ``MAX_CORRELATION_KEY_LENGTH`` is a ``ValueError``, raised before anything is
+        written. (Text no database stores cannot reach a key: the codec refuses it in
+        every ``str`` field of an event.)
+
         ``where()`` names the flow and step in the error; it is only called on one.
         """
         if self.key is None:
@@ -41,6 +49,14 @@ class Trigger:
                 f"{where()}: the key for {self.event_type!r} returned "
                 f"{type(value).__name__} {value!r}; a correlation key must be a str "
                 f"(use str(...) for ids)."
+            )
+        # The key is stored on the instance (a 200-character column) and compared in SQL:
+        # refused here, before anything is written, the same on every backend. The messages
+        # name the length, never the key: it is usually a customer's or an order's id.
+        if len(value) > MAX_CORRELATION_KEY_LENGTH:
+            raise ValueError(
+                f"{where()}: the key for {self.event_type!r} is {len(value)} characters long; "
+                f"a correlation key holds at most {MAX_CORRELATION_KEY_LENGTH}"
             )
         return value
 

@@ -8,12 +8,13 @@ import threading
 from types import FrameType
 from typing import Any
 
-from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.core.management.base import BaseCommand, CommandParser
 from django.db import connections
 
 from bsft_saga import outbox
 from bsft_saga.conf import saga_settings
 from bsft_saga.draining import drain_pass
+from bsft_saga.management import arguments
 from bsft_saga.timeouts.dispatcher import DrainReport
 
 logger = logging.getLogger(__name__)
@@ -48,13 +49,14 @@ class Command(BaseCommand):
             type=int,
             default=None,
             metavar="N",
-            help="Due timers (and outbox rows) read per pass; default: TIMEOUTS.BATCH_SIZE.",
+            help="Due timers (and outbox rows) read per pass; default: TIMEOUTS.BATCH_SIZE, "
+            f"at most {arguments.MAX_BATCH_SIZE}.",
         )
 
     def handle(self, *args: Any, **options: Any) -> None:
         batch_size = options["batch_size"]
-        if batch_size is not None and batch_size <= 0:
-            raise CommandError(f"--batch-size must be a positive integer, got {batch_size}")
+        if batch_size is not None:
+            batch_size = arguments.batch_size("--batch-size", batch_size)
         self.verbosity = int(options["verbosity"])
         self.batch_size = batch_size
         self.total = DrainReport()

@@ -8,7 +8,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from bsft_saga import clock
-from bsft_saga.management.commands.purge_saga_timeouts import parse_duration
+from bsft_saga.management import arguments
 from bsft_saga.retention import (
     DEFAULT_BATCH_SIZE,
     FROM_SETTINGS,
@@ -73,10 +73,7 @@ class Command(BaseCommand):
 
     def handle(self, *args: Any, **options: Any) -> None:
         audit_older_than = _window(options["audit_older_than"], "--audit-older-than")
-        if options["batch_size"] <= 0:
-            raise CommandError(
-                f"--batch-size must be a positive integer, got {options['batch_size']}"
-            )
+        batch_size = arguments.batch_size("--batch-size", options["batch_size"])
         now = clock.now()
         try:
             policy = RetentionPolicy.build(
@@ -87,7 +84,7 @@ class Command(BaseCommand):
             )
         except WindowError as exc:
             raise CommandError(f"--{exc.argument.replace('_', '-')} {exc.problem}") from None
-        report = apply_policy(policy, dry_run=options["dry_run"], batch_size=options["batch_size"])
+        report = apply_policy(policy, dry_run=options["dry_run"], batch_size=batch_size)
         if int(options["verbosity"]) >= 1:
             self._warn_if_short(now - policy.cutoff)
             self.stdout.write(_describe(policy, dry_run=options["dry_run"]))
@@ -119,12 +116,7 @@ def _keep_dead_lettered(options: dict[str, Any]) -> bool | None:
 
 
 def _window(value: str | timedelta | None, option: str) -> timedelta | None:
-    if value is None or isinstance(value, timedelta):  # call_command may pass a timedelta
-        return value
-    try:
-        return parse_duration(value)
-    except ValueError as exc:
-        raise CommandError(f"{option}: {exc}") from None
+    return None if value is None else arguments.duration(option, value)
 
 
 def _describe(policy: RetentionPolicy, *, dry_run: bool) -> str:

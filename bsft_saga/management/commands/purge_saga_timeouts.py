@@ -5,31 +5,16 @@ The timers-only subset of ``purge_saga_data``.
 
 from __future__ import annotations
 
-import re
-from datetime import timedelta
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from bsft_saga import clock
+from bsft_saga.management import arguments
+from bsft_saga.management.arguments import parse_duration
 from bsft_saga.retention import WindowError, purge_timeouts
 
-_DURATION = re.compile(r"(?P<count>\d+)(?P<unit>[smhdw])")
-_UNITS = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days", "w": "weeks"}
-
-
-def parse_duration(value: str) -> timedelta:
-    """``"30d"`` -> ``timedelta(days=30)``; units s, m, h, d, w. ``ValueError`` otherwise."""
-    match = _DURATION.fullmatch(value.strip())
-    if match is None:
-        raise ValueError(
-            f"{value!r} is not a duration; use a whole number and one unit of s, m, h, d or w, "
-            "e.g. 30d, 12h, 90m, 45s, 2w"
-        )
-    try:
-        return timedelta(**{_UNITS[match["unit"]]: int(match["count"])})
-    except OverflowError:
-        raise ValueError(f"{value!r} is too long a duration") from None
+__all__ = ["Command", "parse_duration"]  # parse_duration: importable here as before
 
 
 class Command(BaseCommand):
@@ -46,7 +31,8 @@ class Command(BaseCommand):
             required=True,
             metavar="DURATION",
             help="Retention window: rows whose dispatched_at is older than now minus this are "
-            "deleted. A whole number with one unit: 45s, 90m, 12h, 30d, 2w.",
+            "deleted. A whole number with one unit: 45s, 90m, 12h, 30d, 2w (at most "
+            f"{arguments.MAX_DURATION.days}d).",
         )
         parser.add_argument(
             "--keep-dead-lettered",
@@ -63,25 +49,19 @@ class Command(BaseCommand):
             type=int,
             default=1000,
             metavar="N",
-            help="Rows deleted per statement (default 1000).",
+            help=f"Rows deleted per statement (default 1000, at most {arguments.MAX_BATCH_SIZE}).",
         )
 
     def handle(self, *args: Any, **options: Any) -> None:
-        try:
-            older_than = parse_duration(options["older_than"])
-        except ValueError as exc:
-            raise CommandError(f"--older-than: {exc}") from None
-        if options["batch_size"] <= 0:
-            raise CommandError(
-                f"--batch-size must be a positive integer, got {options['batch_size']}"
-            )
+        older_than = arguments.duration("--older-than", options["older_than"])
+        batch_size = arguments.batch_size("--batch-size", options["batch_size"])
         now = clock.now()
         try:
             count = purge_timeouts(
                 older_than,
                 keep_dead_lettered=options["keep_dead_lettered"],
                 dry_run=options["dry_run"],
-                batch_size=options["batch_size"],
+                batch_size=batch_size,
                 now=now,
             )
         except WindowError as exc:

@@ -2,19 +2,12 @@
 
 from __future__ import annotations
 
-import uuid
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
+from bsft_saga.management import arguments
 from bsft_saga.outbox import requeue_dead_lettered
-
-
-def _message_id(value: str) -> uuid.UUID:
-    try:
-        return uuid.UUID(value)
-    except ValueError:
-        raise CommandError(f"--id: {value!r} is not a message id (a UUID)") from None
 
 
 class Command(BaseCommand):
@@ -42,7 +35,7 @@ class Command(BaseCommand):
         )
 
     def handle(self, *args: Any, **options: Any) -> None:
-        ids = None if options["all_dead_lettered"] else [_message_id(v) for v in options["ids"]]
+        ids = None if options["all_dead_lettered"] else arguments.uuids("--id", options["ids"])
         result = requeue_dead_lettered(ids)
         verbose = int(options["verbosity"]) >= 1
         if verbose:

@@ -6,6 +6,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
+from bsft_saga.management import arguments
 from bsft_saga.timeouts.maintenance import requeue_dead_lettered
 
 
@@ -36,7 +37,7 @@ class Command(BaseCommand):
         )
 
     def handle(self, *args: Any, **options: Any) -> None:
-        ids = None if options["all_dead_lettered"] else options["ids"]
+        ids = None if options["all_dead_lettered"] else arguments.row_ids("--id", options["ids"])
         result = requeue_dead_lettered(ids)
         if int(options["verbosity"]) >= 1:
             for pk, reason in result.refused:

@@ -1,0 +1,52 @@
+"""Which of an instance's timers a page shows, and in which order.
+
+A saga with a recurring timer keeps a retired row per occurrence, so "every timer of the
+instance" grows without bound (30,000 rows made an 11 MB HTTP response). Pages that show an
+instance — the HTTP detail and the admin's instance page — list every *pending* timer (the
+ones that still matter) and at most ``RETIRED_TIMEOUTS_LISTED`` of the newest *retired*
+ones, and say how many there are in all; the full history is paged elsewhere
+(``GET instances/<id>/timeouts/``, the admin's timer list filtered by saga).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from django.db.models import F, Q
+
+if TYPE_CHECKING:
+    from bsft_saga.models import SagaInstance
+    from bsft_saga.querysets import SagaTimeoutQuerySet
+
+__all__ = ["LISTING_ORDER", "RETIRED_TIMEOUTS_LISTED", "in_listing_order", "listed_timeouts"]
+
+#: The most retired timers an instance page lists next to the pending ones.
+RETIRED_TIMEOUTS_LISTED = 50
+
+#: Pending timers first (``dispatched_at`` is null), soonest due first; then retired ones,
+#: most recently retired first.
+LISTING_ORDER = (F("dispatched_at").desc(nulls_first=True), "due_at", "id")
+
+
+def in_listing_order(timeouts: SagaTimeoutQuerySet) -> SagaTimeoutQuerySet:
+    """``timeouts`` ordered by ``LISTING_ORDER`` (what a full listing pages through)."""
+    return timeouts.order_by(*LISTING_ORDER)
+
+
+def listed_timeouts(saga: SagaInstance) -> SagaTimeoutQuerySet:
+    """Every pending timer of ``saga`` and its ``RETIRED_TIMEOUTS_LISTED`` newest retired
+    ones, in ``LISTING_ORDER``.
+
+    Two queries: the newest retired ids first (a plain list, so the result stays a
+    filterable, unsliced queryset that admin inline formsets accept), then the rows.
+    """
+    from bsft_saga.models import SagaTimeout
+
+    timeouts = SagaTimeout.objects.filter(saga=saga)
+    newest_retired = list(
+        in_listing_order(timeouts.filter(dispatched_at__isnull=False)).values_list("pk", flat=True)[
+            :RETIRED_TIMEOUTS_LISTED
+        ]
+    )
+    listed = Q(dispatched_at__isnull=True) | Q(pk__in=newest_retired)
+    return in_listing_order(timeouts.filter(listed))
