@@ -9,10 +9,10 @@ from types import FrameType
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
-from django.db import connections
 
 from bsft_saga import outbox
 from bsft_saga.conf import saga_settings
+from bsft_saga.connections import refresh_idle_connections
 from bsft_saga.draining import drain_pass
 from bsft_saga.timeouts.dispatcher import DrainReport
 
@@ -86,7 +86,7 @@ class Command(BaseCommand):
                 number += 1
                 # A long-lived process outlives connections (database restarts, failovers,
                 # CONN_MAX_AGE): replace a broken or expired one before each pass.
-                _refresh_connections()
+                refresh_idle_connections()
                 try:
                     worked = self._pass(number=number, quiet_if_idle=True)
                 except Exception as exc:
@@ -143,14 +143,6 @@ class Command(BaseCommand):
         # Always printed, also at verbosity 0: it is the command's result, and scripts
         # read it as the last line.
         self.stdout.write(self.style.SUCCESS(str(self.total)))
-
-
-def _refresh_connections() -> None:
-    """``close_old_connections()``, except for a connection inside a transaction (a caller's
-    ``atomic`` block, or a test's), which is not ours to close."""
-    for conn in connections.all(initialized_only=True):
-        if not conn.in_atomic_block:
-            conn.close_if_unusable_or_obsolete()
 
 
 def _outbox_line(report: outbox.DeliveryReport) -> str:
