@@ -1,8 +1,9 @@
 """Read-only operational admin for saga instances, timers, outbox rows and audit records.
 
-Nothing here edits a row: the engine and the dispatcher own every write. The one action,
-``requeue_dead_lettered`` on the timer changelist, calls the maintenance service and needs
-``bsft_saga.change_sagatimeout``.
+Nothing here edits a row: the engine and the dispatcher own every write. The actions call
+services: ``requeue_dead_lettered`` and ``fire_now`` on the timer changelist (both need
+``bsft_saga.change_sagatimeout``), ``terminate_sagas`` on the instance changelist (needs
+``bsft_saga.terminate_saga``; see :mod:`bsft_saga.admin_operations`).
 
 State, payloads and error messages (which can quote payloads) are shown only to users with
 the content permission (``BSFT_SAGA["API"]["READ_CONTENT_PERMISSION"]``, or
@@ -13,7 +14,7 @@ timer is recorded by the configured audit recorder, like a read through the HTTP
 from __future__ import annotations
 
 import json
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any, cast
 
 from django.contrib import admin, messages
@@ -26,6 +27,7 @@ from django.utils.translation import gettext_lazy as _
 from django.utils.translation import ngettext
 
 from bsft_saga import clock
+from bsft_saga.admin_operations import FireNowAction, TerminateSagasAction, message_refusals
 from bsft_saga.audit import READ_CONTENT, get_audit_recorder
 from bsft_saga.conf import saga_settings
 from bsft_saga.models import (
@@ -39,10 +41,6 @@ from bsft_saga.querysets import SagaInstanceQuerySet, SagaOutboxQuerySet, SagaTi
 from bsft_saga.timeouts import maintenance
 
 CONTENT_PERMISSION_FALLBACK = "bsft_saga.read_saga_content"
-
-# Refusal messages shown one by one; the rest are summarised, so selecting a full page of
-# fired timers does not flood the screen.
-MAX_REFUSALS_LISTED = 10
 
 
 def can_read_content(request: HttpRequest) -> bool:
@@ -135,7 +133,28 @@ class StalledFilter(admin.SimpleListFilter):
         window = self.windows.get(self.value() or "")
         if window is None:
             return queryset
-        return cast(SagaInstanceQuerySet, queryset).stalled(clock.now() - window)
+        return self.narrow(cast(SagaInstanceQuerySet, queryset), clock.now() - window)
+
+    def narrow(self, instances: SagaInstanceQuerySet, since: datetime) -> SagaInstanceQuerySet:
+        return instances.stalled(since)
+
+
+class StuckFilter(StalledFilter):
+    """Stalled, and without a pending timer (``SagaInstance.objects.stuck``): no timer will
+    move them; only an outside event can (or ``terminate_sagas``)."""
+
+    title = _("stuck")
+    parameter_name = "stuck"
+
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, Any]]:
+        return [
+            ("1h", _("no timer, not moved for 1 hour")),
+            ("1d", _("no timer, not moved for 1 day")),
+            ("7d", _("no timer, not moved for 7 days")),
+        ]
+
+    def narrow(self, instances: SagaInstanceQuerySet, since: datetime) -> SagaInstanceQuerySet:
+        return instances.stuck(since)
 
 
 class SagaTimeoutInline(NoWritesMixin, admin.TabularInline):
@@ -154,7 +173,7 @@ class SagaTimeoutInline(NoWritesMixin, admin.TabularInline):
 
 
 @admin.register(SagaInstance)
-class SagaInstanceAdmin(ReadOnlyAdmin):
+class SagaInstanceAdmin(TerminateSagasAction, ReadOnlyAdmin):
     list_display = (
         "saga_type",
         "key",
@@ -164,13 +183,14 @@ class SagaInstanceAdmin(ReadOnlyAdmin):
         "created_at",
         "deadline",
     )
-    list_filter = ("saga_type", "is_complete", StalledFilter)
+    list_filter = ("saga_type", "is_complete", StalledFilter, StuckFilter)
     search_fields = ("saga_type", "correlation_key")
     date_hierarchy = "updated_at"
     ordering = ("-updated_at",)
-    fields = SagaInstance.PROGRESS_FIELDS
+    fields = (*SagaInstance.PROGRESS_FIELDS, "terminated_reason")
     content_fields = ("state_json",)
     inlines = (SagaTimeoutInline,)
+    actions = ("terminate_sagas",)
 
     @admin.display(description=_("correlation key"), ordering="correlation_key")
     def key(self, obj: SagaInstance) -> str:
@@ -232,7 +252,7 @@ class TimeoutStatusFilter(admin.SimpleListFilter):
 
 
 @admin.register(SagaTimeout)
-class SagaTimeoutAdmin(ReadOnlyAdmin):
+class SagaTimeoutAdmin(FireNowAction, ReadOnlyAdmin):
     list_display = (
         "name",
         "saga_link",
@@ -248,7 +268,7 @@ class SagaTimeoutAdmin(ReadOnlyAdmin):
     search_fields = ("name", "saga__correlation_key", "event_type")
     date_hierarchy = "due_at"
     ordering = ("-due_at", "-id")
-    actions = ("requeue_dead_lettered",)
+    actions = ("requeue_dead_lettered", "fire_now")
     fields = (
         "id",
         "saga_link",
@@ -305,10 +325,9 @@ class SagaTimeoutAdmin(ReadOnlyAdmin):
                 % {"count": result.requeued},
                 messages.SUCCESS,
             )
-        if not result.refused:
-            return
         count = len(result.refused)
-        self.message_user(
+        message_refusals(
+            self,
             request,
             ngettext(
                 "%(count)d timer was not requeued:",
@@ -316,18 +335,8 @@ class SagaTimeoutAdmin(ReadOnlyAdmin):
                 count,
             )
             % {"count": count},
-            messages.WARNING,
+            [reason for _pk, reason in result.refused],
         )
-        for _pk, reason in result.refused[:MAX_REFUSALS_LISTED]:
-            self.message_user(request, reason, messages.WARNING)
-        if count > MAX_REFUSALS_LISTED:
-            more = count - MAX_REFUSALS_LISTED
-            self.message_user(
-                request,
-                ngettext("... and %(count)d more.", "... and %(count)d more.", more)
-                % {"count": more},
-                messages.WARNING,
-            )
 
     def audited_saga(self, obj: SagaTimeout) -> SagaInstance:
         return obj.saga
