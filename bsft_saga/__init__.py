@@ -17,6 +17,7 @@ __all__ = [
     "SagaFlow",
     "UnknownEventType",
     "__version__",
+    "apublish",
     "deadline_exceeded",
     "event",
     "publish",
@@ -26,6 +27,7 @@ _LAZY = {
     "Envelope": "bsft_saga.events.envelope",
     "event": "bsft_saga.events.registry",
     "publish": "bsft_saga.publishing",
+    "apublish": "bsft_saga.publishing",
     "deadline_exceeded": "bsft_saga.events.envelope",
     "UnknownEventType": "bsft_saga.exceptions",
     "SagaFlow": "bsft_saga.flows",
@@ -38,7 +40,7 @@ if TYPE_CHECKING:
     from bsft_saga.events.registry import event
     from bsft_saga.exceptions import UnknownEventType
     from bsft_saga.flows import SagaFlow
-    from bsft_saga.publishing import publish
+    from bsft_saga.publishing import apublish, publish
 
 
 def __getattr__(name: str) -> Any:

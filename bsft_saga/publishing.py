@@ -1,4 +1,5 @@
-"""``publish()``: put an event on the bus, now or after the current transaction commits."""
+"""``publish()``: put an event on the bus, now or after the current transaction commits;
+``apublish()``: the same from async code."""
 
 from __future__ import annotations
 
@@ -6,8 +7,10 @@ import uuid
 from datetime import datetime
 from typing import Any
 
+from asgiref.sync import sync_to_async
+
 from bsft_saga import clock
-from bsft_saga.correlation import get_correlation_id
+from bsft_saga.correlation import get_correlation_id, new_correlation_id
 from bsft_saga.events import codec
 from bsft_saga.events.envelope import Envelope
 from bsft_saga.events.registry import event_type_of
@@ -30,8 +33,10 @@ def publish(
     the outbox in the current transaction and delivered after commit, at least once
     (by a Celery task, or by the drain if that enqueue is lost).
 
-    ``correlation_id`` defaults to the ambient one. A payload the codec cannot encode is
-    a ``TypeError`` here; a naive ``deadline`` is a ``ValueError``.
+    ``correlation_id`` defaults to the ambient one; with neither, the event gets a fresh
+    one (``new_correlation_id()``), which the steps it runs, their timers and the events
+    they publish carry on. A payload the codec cannot encode is a ``TypeError`` here; a
+    naive ``deadline`` is a ``ValueError``.
     """
     event_type = event_type_of(event)
     payload = codec.encode(event)  # fail now, not when a worker reads the row back
@@ -41,7 +46,7 @@ def publish(
         message_id=_as_uuid(message_id) if message_id is not None else uuid.uuid4(),
         event=event,
         event_type=event_type,
-        correlation_id=correlation_id if correlation_id is not None else get_correlation_id(),
+        correlation_id=correlation_id or get_correlation_id() or new_correlation_id(),
         causation_id=None,
         deadline=deadline,
         published_at=clock.now(),
@@ -52,6 +57,21 @@ def publish(
         stage_deferred(envelope, payload)
     else:
         send_envelope(envelope)
+    return envelope
+
+
+async def apublish(event: Any, **kwargs: Any) -> Envelope:
+    """``publish(event, **kwargs)`` for async code, such as an ASGI view.
+
+    Same envelope, same rules: it runs ``publish`` in Django's thread-sensitive executor
+    (``sync_to_async(publish, thread_sensitive=True)``), so the steps and their database
+    writes run off the event loop, in the thread that holds the request's connection, and
+    the ambient correlation id goes along. There is no caller's transaction to join:
+    ``transaction.atomic`` is sync-only, so each step commits on its own, as ``publish``
+    outside a transaction does; use ``defer=True`` to hand the event over after a commit
+    of your own sync code.
+    """
+    envelope: Envelope = await sync_to_async(publish, thread_sensitive=True)(event, **kwargs)
     return envelope
 
 

@@ -15,6 +15,7 @@ PUBLIC = {
     "SagaFlow",
     "UnknownEventType",
     "__version__",
+    "apublish",
     "deadline_exceeded",
     "event",
     "publish",

@@ -87,7 +87,7 @@ def _bulk_start_counters(keys: list[str], now: datetime) -> None:
                 payload=codec.encode(CountWake(key)),
                 message_id=uuid.uuid4(),
                 calendar_key="",
-                correlation_id="",
+                correlation_id=uuid.uuid4().hex,  # what publish() gives an event without one
                 scope=TimeoutScope.STEP,
                 scheduled_step_index=1,
                 scheduled_at=now,
@@ -100,7 +100,7 @@ def _bulk_start_counters(keys: list[str], now: datetime) -> None:
     SagaTimeout.objects.bulk_create(timers, batch_size=2000)
 
 
-_VOLATILE = {"id", "saga_id", "correlation_key", "message_id", "payload"}
+_VOLATILE = {"id", "saga_id", "correlation_key", "message_id", "correlation_id", "payload"}
 
 
 def _shape(saga: SagaInstance) -> dict[str, Any]:
