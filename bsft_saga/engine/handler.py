@@ -29,6 +29,7 @@ from bsft_saga.events import codec
 from bsft_saga.events.envelope import Envelope
 from bsft_saga.events.registry import event_type_of
 from bsft_saga.exceptions import SagaConcurrencyError
+from bsft_saga.flows import activation
 from bsft_saga.flows.definition import Body, FlowDefinition, StepBody
 from bsft_saga.flows.registry import flow_registry
 from bsft_saga.models import SagaInboxEntry, SagaInstance
@@ -244,7 +245,7 @@ def _handle_deadline(envelope: Envelope) -> None:
         logger.warning("bsft_saga: deadline of a %s saga, whose flow is not registered", event)
         return
     deadline = flow.deadline
-    if deadline is None:
+    if deadline is None or not activation.is_active(flow.saga_type):
         return
     saga_id = uuid.UUID(event.saga_id)
 
