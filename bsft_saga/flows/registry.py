@@ -8,6 +8,7 @@ from typing import Any
 
 from django.utils.module_loading import import_string
 
+from bsft_saga.flows import activation
 from bsft_saga.flows.base import SagaFlow
 from bsft_saga.flows.definition import FlowDefinition
 
@@ -89,7 +90,9 @@ class FlowRegistry:
         self._by_class[flow_class] = definition
 
     def flows_for(self, event_type: str) -> tuple[FlowDefinition, ...]:
-        return self._by_event_type.get(event_type, ())
+        """The active flows that await ``event_type`` (see :mod:`bsft_saga.flows.activation`)."""
+        flows = self._by_event_type.get(event_type, ())
+        return tuple(flow for flow in flows if activation.is_active(flow.saga_type))
 
     def all(self) -> tuple[FlowDefinition, ...]:
         return tuple(self._by_saga_type.values())
