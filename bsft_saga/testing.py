@@ -7,6 +7,15 @@ drains exactly what production would. No wall-clock waits.
 
 from __future__ import annotations
 
+try:  # first: the hint must come before anything that needs Django's settings
+    from freezegun import freeze_time
+except ModuleNotFoundError as exc:
+    raise ModuleNotFoundError(
+        f"bsft_saga.testing needs {exc.name}, which a plain install of bsft-saga does not "
+        "bring: pip install 'bsft-saga[testing]' (freezegun and pytest-django)",
+        name=exc.name,
+    ) from exc
+
 from collections.abc import Iterable
 from contextlib import ExitStack
 from datetime import datetime, timedelta
@@ -15,7 +24,6 @@ from typing import Any
 
 from django.db.models import Min
 from django.utils.module_loading import import_string
-from freezegun import freeze_time
 
 from bsft_saga import clock
 from bsft_saga.draining import drain_pass
