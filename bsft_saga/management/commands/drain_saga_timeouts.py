@@ -5,10 +5,14 @@ from __future__ import annotations
 import logging
 import signal
 import threading
+from datetime import datetime
 from types import FrameType
 from typing import Any
 
+from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.utils import timezone
+from django.utils.dateparse import parse_datetime
 
 from bsft_saga import outbox
 from bsft_saga.conf import saga_settings
@@ -50,6 +54,18 @@ class Command(BaseCommand):
             metavar="N",
             help="Due timers (and outbox rows) read per pass; default: TIMEOUTS.BATCH_SIZE.",
         )
+        parser.add_argument(
+            "--as-of",
+            metavar="ISO-DATETIME",
+            help="Development only: fire the timers due by this moment instead of now (e.g. "
+            "2026-03-31T09:00+02:00; a naive time is in TIME_ZONE). Refused when DEBUG is off, "
+            "unless --force. Not with --loop.",
+        )
+        parser.add_argument(
+            "--force",
+            action="store_true",
+            help="Allow --as-of with DEBUG off: timers fire before their time, for real.",
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
         batch_size = options["batch_size"]
@@ -57,6 +73,7 @@ class Command(BaseCommand):
             raise CommandError(f"--batch-size must be a positive integer, got {batch_size}")
         self.verbosity = int(options["verbosity"])
         self.batch_size = batch_size
+        self.as_of = _as_of(options["as_of"], force=options["force"], loop=options["loop"])
         self.total = DrainReport()
         self.total_outbox = outbox.DeliveryReport()
         self.stop_requested = threading.Event()
@@ -121,7 +138,7 @@ class Command(BaseCommand):
 
     def _pass(self, *, number: int | None, quiet_if_idle: bool = False) -> bool:
         """Run one pass; return whether it found any work."""
-        report = drain_pass(batch_size=self.batch_size)
+        report = drain_pass(batch_size=self.batch_size, now=self.as_of)
         self.total += report.timers
         self.total_outbox += report.outbox
         worked = report.found_work
@@ -143,6 +160,30 @@ class Command(BaseCommand):
         # Always printed, also at verbosity 0: it is the command's result, and scripts
         # read it as the last line.
         self.stdout.write(self.style.SUCCESS(str(self.total)))
+
+
+def _as_of(value: str | None, *, force: bool, loop: bool) -> datetime | None:
+    """The ``--as-of`` moment, aware; ``CommandError`` when it is malformed or not allowed."""
+    if value is None:
+        return None
+    if loop:
+        raise CommandError("--as-of cannot be combined with --loop: a dispatcher runs on the clock")
+    if not settings.DEBUG and not force:
+        raise CommandError(
+            "--as-of fires timers before their time; it is meant for development databases "
+            "and refused while DEBUG is off. Pass --force to run it anyway."
+        )
+    try:
+        moment = parse_datetime(value.strip())
+    except ValueError:
+        moment = None
+    if moment is None:
+        raise CommandError(
+            f"--as-of: {value!r} is not an ISO 8601 date-time, e.g. 2026-03-31T09:00:00+00:00"
+        )
+    if timezone.is_naive(moment):
+        moment = timezone.make_aware(moment)
+    return moment
 
 
 def _outbox_line(report: outbox.DeliveryReport) -> str:
