@@ -85,15 +85,20 @@ COUNTERS: Final[Mapping[str, str]] = MappingProxyType(
 )
 #: Full name of the step duration histogram.
 STEP_DURATION: Final = "bsft.saga.step.duration"
-#: Observable gauges by full name: (unit, description). See :func:`install_gauges`.
+#: Observable gauges by full name: (unit, description). See :func:`install_gauges`. The
+#: counts carry UCUM annotations rather than "1", which Prometheus exporters would turn
+#: into a ``_ratio`` suffix.
 GAUGES: Final[Mapping[str, tuple[str, str]]] = MappingProxyType(
     {
         "bsft.saga.timeout.lag": (
             "s",
             "How late the oldest due timer or undelivered outbox row is; 0 when none is.",
         ),
-        "bsft.saga.timeout.due": ("1", "Pending timers whose due time has passed."),
-        "bsft.saga.dead_letters": ("1", "Dead-lettered timers and outbox rows still stored."),
+        "bsft.saga.timeout.due": ("{timer}", "Pending timers whose due time has passed."),
+        "bsft.saga.dead_letters": (
+            "{row}",
+            "Dead-lettered timers and outbox rows still stored.",
+        ),
     }
 )
 

@@ -69,6 +69,7 @@ COPIED_FROM = {
         "tests.testapp.flows",
         "tests.test_engine",
     ],
+    "docs/testing.md": ["tests.test_harness_flows"],
     "docs/flows.md": [
         "tests.testapp.events",
         "tests.testapp.engine_events",
@@ -138,3 +139,4 @@ def test_the_copied_pages_show_the_test_apps_flow_and_events() -> None:
         shown[where.split(":")[0]].add(_name(source))
     assert {"OrderPlaced", "OrderState", "OrderFlow"} <= shown["docs/getting-started.md"]
     assert {"OrderFlow", "place_order"} <= shown["docs/flows.md"]
+    assert shown["docs/testing.md"] == {"test_events_for_flows_outside_the_list_create_nothing"}

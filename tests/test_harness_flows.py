@@ -30,7 +30,7 @@ def instances(flow: type[SagaFlow]) -> list[SagaInstance]:
 def test_events_for_flows_outside_the_list_create_nothing() -> None:
     with SagaHarness(start=T0, flows=[OrderFlow]) as harness:
         harness.publish(OrderPlaced("o-1"))
-        harness.publish(Tick("c-1", n=1))
+        harness.publish(Tick("c-1", n=1))  # would start a CounterFlow: not in this harness
 
     assert [saga.correlation_key for saga in instances(OrderFlow)] == ["o-1"]
     assert instances(CounterFlow) == []
