@@ -35,7 +35,7 @@ class SagaStatus:
     - ``outbox_undelivered``: outbox rows neither delivered nor dead-lettered.
     - ``lag_seconds``: now minus the oldest of the due timers' ``due_at`` and the
       undelivered outbox rows' ``created_at``; 0 when there is none. A healthy system
-      stays below a few ``POLL_INTERVAL``\\ s; a growing lag means nothing drains.
+      stays within a POLL_INTERVAL or two; a growing lag means nothing drains.
     """
 
     active_instances: int

@@ -5,8 +5,11 @@ from ``tests.settings`` with ``CELERY_TASK_ALWAYS_EAGER=0``) in a subprocess tha
 test database. Nothing here moves the clock: a timer two poll intervals ahead fires because
 beat ran ``drain_saga_timeouts`` after it came due. docs/celery.md describes this wiring.
 
-Redis db ``WORKER_REDIS_DB`` is this module's alone: it is flushed before each test, so a
-message left behind by an aborted run never reaches the next worker.
+The worker and this process use the Redis of ``tests.services.redis_url()``
+(``CELERY_BROKER_URL``): Celery lets that environment variable override any broker an app
+is given, so a database of its own for the worker would leave the test's messages behind.
+It is flushed before each test, so a message left behind by an aborted run never reaches
+the next worker; give concurrent runs different databases.
 """
 
 from __future__ import annotations
@@ -23,7 +26,6 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any, TypeVar
-from urllib.parse import urlsplit, urlunsplit
 
 import pytest
 import redis
@@ -40,7 +42,6 @@ from tests.testapp.timer_flows import TaskFlow
 pytestmark = [pytest.mark.celery, pytest.mark.slow]
 
 ROOT = Path(__file__).resolve().parent.parent
-WORKER_REDIS_DB = 14
 READY_TIMEOUT = 60.0  # seconds for the worker to connect and report "ready"
 EVENT_TIMEOUT = 30.0  # seconds for the worker to do what a test waits for
 _DRAIN_RESULT = re.compile(
@@ -51,8 +52,8 @@ T = TypeVar("T")
 
 
 def worker_broker_url() -> str:
-    """The Redis of ``tests.services.redis_url()``, database ``WORKER_REDIS_DB``."""
-    return urlunsplit(urlsplit(redis_url())._replace(path=f"/{WORKER_REDIS_DB}"))
+    """The broker of the worker and of ``enqueuing_to``: ``tests.services.redis_url()``."""
+    return redis_url()
 
 
 class Worker:
