@@ -18,6 +18,7 @@ __all__ = [
     "UnknownEventType",
     "UnknownFlowVersion",
     "__version__",
+    "apublish",
     "deadline_exceeded",
     "event",
     "publish",
@@ -27,6 +28,7 @@ _LAZY = {
     "Envelope": "bsft_saga.events.envelope",
     "event": "bsft_saga.events.registry",
     "publish": "bsft_saga.publishing",
+    "apublish": "bsft_saga.publishing",
     "deadline_exceeded": "bsft_saga.events.envelope",
     "UnknownEventType": "bsft_saga.exceptions",
     "UnknownFlowVersion": "bsft_saga.exceptions",
@@ -40,7 +42,7 @@ if TYPE_CHECKING:
     from bsft_saga.events.registry import event
     from bsft_saga.exceptions import UnknownEventType, UnknownFlowVersion
     from bsft_saga.flows import SagaFlow
-    from bsft_saga.publishing import publish
+    from bsft_saga.publishing import apublish, publish
 
 
 def __getattr__(name: str) -> Any:

@@ -1,8 +1,9 @@
 """Read-only operational admin for saga instances, timers, outbox rows and audit records.
 
-Nothing here edits a row: the engine and the dispatcher own every write. The one action,
-``requeue_dead_lettered`` on the timer changelist, calls the maintenance service and needs
-``bsft_saga.change_sagatimeout``.
+Nothing here edits a row: the engine and the dispatcher own every write. The actions call
+services: ``requeue_dead_lettered`` and ``fire_now`` on the timer changelist (both need
+``bsft_saga.change_sagatimeout``), ``terminate_sagas`` on the instance changelist (needs
+``bsft_saga.terminate_saga``; see :mod:`bsft_saga.admin_operations`).
 
 State, payloads and error messages (which can quote payloads) are shown only to users with
 the content permission (``BSFT_SAGA["API"]["READ_CONTENT_PERMISSION"]``, or
@@ -15,7 +16,7 @@ any. No changelist URL may filter on content (``bsft_saga.admin_queries``).
 from __future__ import annotations
 
 import json
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any, cast
 
 from django.contrib import admin, messages
@@ -28,6 +29,7 @@ from django.utils.translation import gettext_lazy as _
 from django.utils.translation import ngettext
 
 from bsft_saga import clock, outbox
+from bsft_saga.admin_operations import FireNowAction, TerminateSagasAction, message_refusals
 from bsft_saga.admin_queries import ContentLookupGuardMixin
 from bsft_saga.audit import READ_CONTENT, get_audit_recorder
 from bsft_saga.conf import saga_settings
@@ -45,10 +47,6 @@ from bsft_saga.timeouts import maintenance
 from bsft_saga.timeouts.listing import RETIRED_TIMEOUTS_LISTED, listed_timeouts
 
 CONTENT_PERMISSION_FALLBACK = "bsft_saga.read_saga_content"
-
-# Refusal messages shown one by one; the rest are summarised, so selecting a full page of
-# fired timers does not flood the screen.
-MAX_REFUSALS_LISTED = 10
 
 
 def can_read_content(request: HttpRequest) -> bool:
@@ -151,7 +149,28 @@ class StalledFilter(admin.SimpleListFilter):
         window = self.windows.get(self.value() or "")
         if window is None:
             return queryset
-        return cast(SagaInstanceQuerySet, queryset).stalled(clock.now() - window)
+        return self.narrow(cast(SagaInstanceQuerySet, queryset), clock.now() - window)
+
+    def narrow(self, instances: SagaInstanceQuerySet, since: datetime) -> SagaInstanceQuerySet:
+        return instances.stalled(since)
+
+
+class StuckFilter(StalledFilter):
+    """Stalled, and without a pending timer (``SagaInstance.objects.stuck``): no timer will
+    move them; only an outside event can (or ``terminate_sagas``)."""
+
+    title = _("stuck")
+    parameter_name = "stuck"
+
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, Any]]:
+        return [
+            ("1h", _("no timer, not moved for 1 hour")),
+            ("1d", _("no timer, not moved for 1 day")),
+            ("7d", _("no timer, not moved for 7 days")),
+        ]
+
+    def narrow(self, instances: SagaInstanceQuerySet, since: datetime) -> SagaInstanceQuerySet:
+        return instances.stuck(since)
 
 
 class SagaTimeoutInline(NoWritesMixin, admin.TabularInline):
@@ -179,7 +198,7 @@ class SagaTimeoutInline(NoWritesMixin, admin.TabularInline):
 
 
 @admin.register(SagaInstance)
-class SagaInstanceAdmin(ReadOnlyAdmin):
+class SagaInstanceAdmin(TerminateSagasAction, ReadOnlyAdmin):
     list_display = (
         "saga_type",
         "key",
@@ -190,13 +209,14 @@ class SagaInstanceAdmin(ReadOnlyAdmin):
         "created_at",
         "deadline",
     )
-    list_filter = ("saga_type", "flow_version", "is_complete", StalledFilter)
+    list_filter = ("saga_type", "flow_version", "is_complete", StalledFilter, StuckFilter)
     search_fields = ("saga_type", "correlation_key")
     date_hierarchy = "updated_at"
     ordering = ("-updated_at",)
-    fields = (*SagaInstance.PROGRESS_FIELDS, "timers")
+    fields = (*SagaInstance.PROGRESS_FIELDS, "terminated_reason", "timers")
     content_fields = ("state_json",)
     inlines = (SagaTimeoutInline,)
+    actions = ("terminate_sagas",)
 
     @admin.display(description=_("correlation key"), ordering="correlation_key")
     def key(self, obj: SagaInstance) -> str:
@@ -273,7 +293,7 @@ class TimeoutStatusFilter(DeliveryStatusFilter):
 
 
 @admin.register(SagaTimeout)
-class SagaTimeoutAdmin(ReadOnlyAdmin):
+class SagaTimeoutAdmin(FireNowAction, ReadOnlyAdmin):
     list_display = (
         "name",
         "saga_link",
@@ -290,7 +310,7 @@ class SagaTimeoutAdmin(ReadOnlyAdmin):
     search_fields = ("name", "saga__correlation_key", "event_type")
     date_hierarchy = "due_at"
     ordering = ("-due_at", "-id")
-    actions = ("requeue_dead_lettered",)
+    actions = ("requeue_dead_lettered", "fire_now")
     fields = (
         "id",
         "saga_link",
@@ -362,28 +382,13 @@ def report_requeue(
     """
     if result.requeued:
         model_admin.message_user(request, requeued % {"count": result.requeued}, messages.SUCCESS)
-    if not result.refused:
-        return
     count = len(result.refused)
-    model_admin.message_user(
-        request,
-        ngettext(
-            "%(count)d %(noun)s was not requeued:",
-            "%(count)d %(nouns)s were not requeued:",
-            count,
-        )
-        % {"count": count, "noun": noun[0], "nouns": noun[1]},
-        messages.WARNING,
-    )
-    for _pk, reason in result.refused[:MAX_REFUSALS_LISTED]:
-        model_admin.message_user(request, reason, messages.WARNING)
-    if count > MAX_REFUSALS_LISTED:
-        more = count - MAX_REFUSALS_LISTED
-        model_admin.message_user(
-            request,
-            ngettext("... and %(count)d more.", "... and %(count)d more.", more) % {"count": more},
-            messages.WARNING,
-        )
+    headline = ngettext(
+        "%(count)d %(noun)s was not requeued:",
+        "%(count)d %(nouns)s were not requeued:",
+        count,
+    ) % {"count": count, "noun": noun[0], "nouns": noun[1]}
+    message_refusals(model_admin, request, headline, [reason for _pk, reason in result.refused])
 
 
 # -- outbox and audit -----------------------------------------------------------------------

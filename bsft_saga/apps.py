@@ -26,3 +26,6 @@ class BsftSagaConfig(AppConfig):
         from bsft_saga.tasks import connect_task_receivers
 
         connect_task_receivers()
+        from bsft_saga.telemetry import install_gauges
+
+        install_gauges()

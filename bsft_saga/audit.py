@@ -17,6 +17,10 @@ from bsft_saga.conf import saga_settings
 from bsft_saga.correlation import get_correlation_id
 
 READ_CONTENT = "saga.instance.read-content"
+#: An operator completed an active instance (``terminate_saga``, the admin action).
+TERMINATED = "saga.instance.terminated"
+#: An operator made a pending timer due at once (the admin action ``fire_now``).
+FIRED_NOW = "saga.timeout.fire-now"
 
 
 @runtime_checkable

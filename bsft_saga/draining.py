@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import datetime
 
 from bsft_saga import outbox
 from bsft_saga.timeouts.dispatcher import DrainReport, drain_due
@@ -27,7 +28,11 @@ class PassReport:
         return bool(t.settled or o.delivered or o.dead_lettered or o.unclaimed)
 
 
-def drain_pass(*, batch_size: int | None = None) -> PassReport:
-    """Fire due timers (``drain_due``), then deliver outbox rows whose delivery was lost."""
-    timers = drain_due(batch_size=batch_size)
+def drain_pass(*, batch_size: int | None = None, now: datetime | None = None) -> PassReport:
+    """Fire due timers (``drain_due``), then deliver outbox rows whose delivery was lost.
+
+    ``now`` is the moment the timers are due by (default: the clock); only
+    ``drain_saga_timeouts --as-of`` sets it, on development databases.
+    """
+    timers = drain_due(batch_size=batch_size, now=now)
     return PassReport(timers=timers, outbox=outbox.deliver_pending(batch_size=batch_size))

@@ -1,4 +1,5 @@
-"""``publish()``: put an event on the bus, now or after the current transaction commits."""
+"""``publish()``: put an event on the bus, now or after the current transaction commits;
+``apublish()``: the same from async code."""
 
 from __future__ import annotations
 
@@ -6,8 +7,10 @@ import uuid
 from datetime import datetime
 from typing import Any
 
+from asgiref.sync import sync_to_async
+
 from bsft_saga import clock
-from bsft_saga.correlation import MAX_LENGTH, get_correlation_id
+from bsft_saga.correlation import MAX_LENGTH, get_correlation_id, new_correlation_id
 from bsft_saga.events import codec
 from bsft_saga.events.envelope import Envelope
 from bsft_saga.events.registry import event_type_of
@@ -30,18 +33,22 @@ def publish(
     the outbox in the current transaction and delivered after commit, at least once
     (by a Celery task, or by the drain if that enqueue is lost).
 
-    ``correlation_id`` defaults to the ambient one. A payload the codec cannot encode is
-    a ``TypeError`` here; a naive ``deadline``, or a correlation id (given or ambient)
-    longer than 200 characters, is a ``ValueError``. Nothing is written when it raises.
+    ``correlation_id`` defaults to the ambient one; with neither, the event gets a fresh
+    one (``new_correlation_id()``), which the steps it runs, their timers and the events
+    they publish carry on. A payload the codec cannot encode is a ``TypeError`` here; a
+    naive ``deadline``, or a correlation id (given or ambient) longer than 200 characters,
+    is a ``ValueError``. Nothing is written when it raises.
     """
     event_type = event_type_of(event)
     payload = codec.encode(event)  # fail now, not when a worker reads the row back
     if deadline is not None and (deadline.tzinfo is None or deadline.utcoffset() is None):
         raise ValueError(f"publish({event_type}): deadline must be an aware datetime")
-    if correlation_id is None:
+    if not correlation_id:  # neither given ("" counts as none) ...
         correlation_id = get_correlation_id()
-    if correlation_id is not None:
+    if correlation_id:
         _check_correlation_id(event_type, correlation_id)
+    else:  # ... nor ambient: a fresh one, which the steps, timers and events carry on
+        correlation_id = new_correlation_id()
     envelope = Envelope(
         message_id=_as_uuid(message_id) if message_id is not None else uuid.uuid4(),
         event=event,
@@ -76,6 +83,21 @@ def _check_correlation_id(event_type: str, correlation_id: str) -> None:
     problem = codec.unstorable_text(correlation_id)
     if problem is not None:
         raise ValueError(f"publish({event_type}): the correlation id cannot be stored: {problem}")
+
+
+async def apublish(event: Any, **kwargs: Any) -> Envelope:
+    """``publish(event, **kwargs)`` for async code, such as an ASGI view.
+
+    Same envelope, same rules: it runs ``publish`` in Django's thread-sensitive executor
+    (``sync_to_async(publish, thread_sensitive=True)``), so the steps and their database
+    writes run off the event loop, in the thread that holds the request's connection, and
+    the ambient correlation id goes along. There is no caller's transaction to join:
+    ``transaction.atomic`` is sync-only, so each step commits on its own, as ``publish``
+    outside a transaction does; use ``defer=True`` to hand the event over after a commit
+    of your own sync code.
+    """
+    envelope: Envelope = await sync_to_async(publish, thread_sensitive=True)(event, **kwargs)
+    return envelope
 
 
 def _as_uuid(value: uuid.UUID | str) -> uuid.UUID:

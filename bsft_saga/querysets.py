@@ -22,7 +22,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
 from django.db import models
-from django.db.models import Min, Q
+from django.db.models import Exists, Min, OuterRef, Q
 from django.db.models.functions import Coalesce
 
 if TYPE_CHECKING:
@@ -114,6 +114,14 @@ class SagaInstanceQuerySet(models.QuerySet["SagaInstance"]):
     def stalled(self, since: datetime) -> SagaInstanceQuerySet:
         """Active instances that have not moved since ``since``."""
         return self.active().filter(updated_at__lt=since)
+
+    def stuck(self, since: datetime) -> SagaInstanceQuerySet:
+        """Stalled since ``since`` and without a pending timer: no timer (a deadline
+        included) will ever move them; only an outside event can."""
+        from bsft_saga.models import SagaTimeout
+
+        pending = SagaTimeout.objects.pending().filter(saga=OuterRef("pk"))
+        return self.stalled(since).exclude(Exists(pending))
 
 
 class SagaTimeoutQuerySet(DeliveryQuerySet["SagaTimeout"]):

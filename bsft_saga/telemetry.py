@@ -17,11 +17,18 @@ instrument                                kind       counts / measures
 ``bsft.saga.outbox.dead_lettered``        counter    deferred/staged events given up likewise
 ``bsft.saga.event.ignored``               counter    events a flow knows but no instance took
 ``bsft.saga.step.duration``               histogram  wall time of one step, in seconds
+``bsft.saga.timeout.lag``                 gauge      seconds the oldest due timer or undelivered
+                                                     outbox row is late (``saga_status``)
+``bsft.saga.timeout.due``                 gauge      pending timers that are due
+``bsft.saga.dead_letters``                gauge      dead-lettered timers and outbox rows stored
 ========================================  =========  ============================================
 
-Every measurement carries the attribute ``saga.type`` (``""`` for an outbox row of no
-saga); ``bsft.saga.event.ignored`` also carries ``reason``: ``no_instance``,
-``not_awaited`` or ``duplicate``. Spans: ``saga.step`` (attributes
+Every counter and histogram measurement carries the attribute ``saga.type`` (``""`` for an
+outbox row of no saga); ``bsft.saga.event.ignored`` also carries ``reason``: ``no_instance``,
+``not_awaited`` or ``duplicate``. The gauges are observed when the metrics are collected
+(by the host's metric reader, e.g. every 60 s), one data point each and without attributes:
+a small indexed query per gauge, never one per instance (:mod:`bsft_saga.status`). Spans:
+``saga.step`` (attributes
 ``saga.type``, ``saga.step.index``, ``saga.event.type``) and ``saga.timeout`` (``saga.type``,
 ``saga.timeout.name``); both add ``saga.correlation_id`` when an ambient correlation id is set.
 
@@ -34,15 +41,16 @@ to the real provider as soon as it is set.
 
 from __future__ import annotations
 
+import logging
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from functools import cache
 from types import MappingProxyType
 from typing import Final
 
 from opentelemetry import metrics, trace
-from opentelemetry.metrics import Counter, Histogram, Meter
+from opentelemetry.metrics import CallbackOptions, Counter, Histogram, Meter, Observation
 from opentelemetry.trace import Span, Status, StatusCode, Tracer
 from opentelemetry.util.types import Attributes
 
@@ -51,14 +59,18 @@ from bsft_saga.correlation import get_correlation_id
 
 __all__ = [
     "COUNTERS",
+    "GAUGES",
     "METER_NAME",
     "STEP_DURATION",
     "TRACER_NAME",
     "count",
     "count_ignored",
+    "install_gauges",
     "step_span",
     "timeout_span",
 ]
+
+logger = logging.getLogger(__name__)
 
 METER_NAME: Final = "bsft.saga"
 TRACER_NAME: Final = "bsft.saga"
@@ -80,6 +92,22 @@ COUNTERS: Final[Mapping[str, str]] = MappingProxyType(
 )
 #: Full name of the step duration histogram.
 STEP_DURATION: Final = "bsft.saga.step.duration"
+#: Observable gauges by full name: (unit, description). See :func:`install_gauges`. The
+#: counts carry UCUM annotations rather than "1", which Prometheus exporters would turn
+#: into a ``_ratio`` suffix.
+GAUGES: Final[Mapping[str, tuple[str, str]]] = MappingProxyType(
+    {
+        "bsft.saga.timeout.lag": (
+            "s",
+            "How late the oldest due timer or undelivered outbox row is; 0 when none is.",
+        ),
+        "bsft.saga.timeout.due": ("{timer}", "Pending timers whose due time has passed."),
+        "bsft.saga.dead_letters": (
+            "{row}",
+            "Dead-lettered timers and outbox rows still stored.",
+        ),
+    }
+)
 
 ATTR_SAGA_TYPE: Final = "saga.type"
 ATTR_STEP_INDEX: Final = "saga.step.index"
@@ -115,6 +143,49 @@ def _step_duration() -> Histogram:
     return _meter().create_histogram(
         STEP_DURATION, unit="s", description="Wall time of one saga step."
     )
+
+
+@cache
+def install_gauges() -> None:
+    """Create the observable gauges of :data:`GAUGES` on the ``bsft.saga`` meter, once.
+
+    Called by ``AppConfig.ready()``; before the host installs a provider they are the API's
+    proxies, which pass their callbacks on to the real provider once it is set. Each
+    callback runs when the host's reader collects, in the reader's thread: it reads one
+    number from :mod:`bsft_saga.status` (closing the thread's database connection afterwards
+    by Django's usual rules, as a request would) and reports nothing when the database
+    cannot answer (a warning is logged), so a metrics export never fails because of it.
+    """
+    from bsft_saga import status  # the models: only once the app registry is ready
+
+    readings: dict[str, Callable[[], float]] = {
+        "bsft.saga.timeout.lag": status.lag_seconds,
+        "bsft.saga.timeout.due": status.due_timeouts,
+        "bsft.saga.dead_letters": status.dead_letters,
+    }
+    for name, read in readings.items():
+        unit, description = GAUGES[name]
+        _meter().create_observable_gauge(
+            name, callbacks=[_observer(name, read)], unit=unit, description=description
+        )
+
+
+def _observer(
+    name: str, read: Callable[[], float]
+) -> Callable[[CallbackOptions], Iterable[Observation]]:
+    def observe(options: CallbackOptions) -> Iterable[Observation]:
+        from bsft_saga.connections import refresh_idle_connections
+
+        try:
+            refresh_idle_connections()  # a broken or expired connection from the last time
+            value = read()
+            refresh_idle_connections()
+        except Exception as exc:
+            logger.warning("bsft_saga: gauge %s not observed: %r", name, exc)
+            return []
+        return [Observation(value)]
+
+    return observe
 
 
 @cache

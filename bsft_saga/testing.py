@@ -7,17 +7,29 @@ drains exactly what production would. No wall-clock waits.
 
 from __future__ import annotations
 
+try:  # first: the hint must come before anything that needs Django's settings
+    from freezegun import freeze_time
+except ModuleNotFoundError as exc:
+    raise ModuleNotFoundError(
+        f"bsft_saga.testing needs {exc.name}, which a plain install of bsft-saga does not "
+        "bring: pip install 'bsft-saga[testing]' (freezegun and pytest-django)",
+        name=exc.name,
+    ) from exc
+
+from collections.abc import Iterable
+from contextlib import ExitStack
 from datetime import datetime, timedelta
 from types import TracebackType
 from typing import Any
 
 from django.db.models import Min
-from freezegun import freeze_time
+from django.utils.module_loading import import_string
 
 from bsft_saga import clock
 from bsft_saga.draining import drain_pass
 from bsft_saga.events import codec
 from bsft_saga.events.envelope import Envelope
+from bsft_saga.flows import activation
 from bsft_saga.flows.registry import flow_registry
 from bsft_saga.models import SagaInstance, SagaTimeout
 from bsft_saga.outbox import deliver_pending
@@ -30,14 +42,22 @@ class SagaHarness:
 
     Use as a context manager (or ``start()``/``stop()``), or through the ``saga_harness``
     pytest fixture. ``start`` defaults to the current time, truncated to the second.
+
+    ``flows`` (flow classes, dotted paths to them, or saga types) activates only those
+    flows while the harness runs: events for any other flow create and advance nothing,
+    its deadlines included. ``None`` (the default) keeps every registered flow active.
     """
 
-    def __init__(self, start: datetime | None = None) -> None:
+    def __init__(
+        self, start: datetime | None = None, *, flows: Iterable[type | str] | None = None
+    ) -> None:
         if start is not None and (start.tzinfo is None or start.utcoffset() is None):
             raise ValueError("SagaHarness(start=...) must be an aware datetime")
         self._start = start
+        self._saga_types = None if flows is None else [_saga_type_of(flow) for flow in flows]
         self._freezer: Any = None
         self._frozen: Any = None
+        self._scopes = ExitStack()
 
     # -- lifecycle ------------------------------------------------------------------------
 
@@ -45,9 +65,12 @@ class SagaHarness:
         moment = self._start or clock.now().replace(microsecond=0)
         self._freezer = freeze_time(moment, tick=False)
         self._frozen = self._freezer.start()
+        if self._saga_types is not None:
+            self._scopes.enter_context(activation.only(self._saga_types))
         return self
 
     def stop(self) -> None:
+        self._scopes.close()
         if self._freezer is not None:
             self._freezer.stop()
             self._freezer = self._frozen = None
@@ -155,3 +178,21 @@ class SagaHarness:
         if instance is None:
             return SagaTimeout.objects.none()
         return SagaTimeout.objects.filter(saga=instance).order_by("due_at", "id")
+
+
+def _saga_type_of(flow: type | str) -> str:
+    """The saga type of a flow class, a dotted path to one, or a saga type."""
+    if isinstance(flow, str):
+        try:
+            return flow_registry.get(flow).saga_type
+        except LookupError:
+            try:
+                flow = import_string(flow)
+            except ImportError as exc:
+                raise LookupError(
+                    f"SagaHarness(flows=...): {flow!r} is neither a registered saga type nor "
+                    f"an importable flow class ({exc})"
+                ) from None
+    if not isinstance(flow, type):
+        raise TypeError(f"SagaHarness(flows=...): {flow!r} is not a flow class")
+    return flow_registry.get(flow).saga_type

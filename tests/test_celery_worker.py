@@ -5,10 +5,11 @@ from ``tests.settings`` with ``CELERY_TASK_ALWAYS_EAGER=0``) in a subprocess tha
 test database. Nothing here moves the clock: a timer two poll intervals ahead fires because
 beat ran ``drain_saga_timeouts`` after it came due. docs/celery.md describes this wiring.
 
-The worker's Redis database is the one ``CELERY_BROKER_URL`` names (``tests.services.
-redis_url()``, db 15 by default), and it is this module's alone: it is flushed before each
-test, so a message left behind by an aborted run never reaches the next worker. Two suites
-that run at once need two databases (``CELERY_BROKER_URL=redis://127.0.0.1:6379/N``).
+The worker and this process use the Redis of ``tests.services.redis_url()``
+(``CELERY_BROKER_URL``): Celery lets that environment variable override any broker an app
+is given, so a database of its own for the worker would leave the test's messages behind.
+It is flushed before each test, so a message left behind by an aborted run never reaches
+the next worker; give concurrent runs different databases.
 """
 
 from __future__ import annotations
@@ -51,7 +52,7 @@ T = TypeVar("T")
 
 
 def worker_broker_url() -> str:
-    """The broker of this suite run (``tests.services.redis_url()``)."""
+    """The broker of the worker and of ``enqueuing_to``: ``tests.services.redis_url()``."""
     return redis_url()
 
 

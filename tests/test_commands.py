@@ -9,7 +9,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
-from datetime import timedelta
+from datetime import datetime, timedelta
 from io import StringIO
 from typing import Any
 
@@ -172,7 +172,9 @@ def test_drain_loop_outlives_a_failed_pass_and_restores_the_sigterm_handler(
 
     passes: list[int] = []
 
-    def database_blip_then_sigterm(*, batch_size: int | None = None) -> PassReport:
+    def database_blip_then_sigterm(
+        *, batch_size: int | None = None, now: datetime | None = None
+    ) -> PassReport:
         passes.append(1)
         if len(passes) == 1:
             raise OperationalError("server closed the connection unexpectedly")

@@ -239,7 +239,7 @@ def test_the_envelope_carries_the_documented_fields() -> None:
     assert isinstance(envelope.message_id, uuid.UUID)
     assert envelope.event is payload
     assert envelope.event_type == "tests.engine.unrouted"
-    assert envelope.correlation_id is None
+    assert envelope.correlation_id is not None  # fresh: none was given or ambient
     assert envelope.causation_id is None
     assert envelope.deadline is None
     assert envelope.published_at == NOW

@@ -58,6 +58,16 @@ import importlib.resources as resources
 import json
 import bsft_saga
 
+
+def testing_hint():
+    # A plain install has no freezegun: the harness must say which extra brings it.
+    try:
+        import bsft_saga.testing
+    except ModuleNotFoundError as exc:
+        return str(exc)
+    return None
+
+
 package = resources.files("bsft_saga")
 print(json.dumps({
     "file": bsft_saga.__file__,
@@ -68,6 +78,15 @@ print(json.dumps({
     "pytest_plugins": sorted(
         ep.value for ep in metadata.entry_points(group="pytest11") if ep.name == "bsft_saga"
     ),
+    "has_admin_templates": package.joinpath(
+        "templates", "admin", "bsft_saga", "app_index.html"
+    ).is_file(),
+    "testing_extra": sorted(
+        requirement.split(";")[0].split(">")[0].strip()
+        for requirement in metadata.requires("bsft-saga") or []
+        if 'extra == "testing"' in requirement
+    ),
+    "testing_hint": testing_hint(),
 }))
 """
 
@@ -157,3 +176,6 @@ def test_installed_wheel_contains_migrations_py_typed_and_the_source_version(
     assert installed["has_initial_migration"] is True
     assert installed["has_py_typed"] is True
     assert installed["pytest_plugins"] == ["bsft_saga.pytest_plugin"]
+    assert installed["has_admin_templates"] is True
+    assert installed["testing_extra"] == ["freezegun", "pytest-django"]
+    assert "pip install 'bsft-saga[testing]'" in installed["testing_hint"]

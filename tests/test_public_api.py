@@ -16,6 +16,7 @@ PUBLIC = {
     "UnknownEventType",
     "UnknownFlowVersion",
     "__version__",
+    "apublish",
     "deadline_exceeded",
     "event",
     "publish",

@@ -40,8 +40,10 @@ def _run(args: list[str], env: dict[str, str]) -> subprocess.CompletedProcess[st
 
 
 @pytest.fixture(scope="module")
-def demo(tmp_path_factory: pytest.TempPathFactory) -> subprocess.CompletedProcess[str]:
-    """``make demo``'s two commands, run once for the module."""
+def demo_runs(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> tuple[subprocess.CompletedProcess[str], subprocess.CompletedProcess[str]]:
+    """``make demo``'s two commands, ``migrate`` and ``run_demo``, run once for the module."""
     if settings.DATABASES["default"]["ENGINE"] != "django.db.backends.sqlite3":
         pytest.skip(
             "the demo always runs on a SQLite file of its own; make test runs it once, "
@@ -60,8 +62,15 @@ def demo(tmp_path_factory: pytest.TempPathFactory) -> subprocess.CompletedProces
         CELERY_BROKER_URL="redis://127.0.0.1:9/0",
         PYTHONPATH=str(ROOT),
     )
-    _run(["migrate", "--noinput"], env)
-    return _run(["run_demo"], env)
+    return _run(["migrate", "--noinput"], env), _run(["run_demo"], env)
+
+
+@pytest.fixture(scope="module")
+def demo(
+    demo_runs: tuple[subprocess.CompletedProcess[str], subprocess.CompletedProcess[str]],
+) -> subprocess.CompletedProcess[str]:
+    """What ``run_demo`` printed."""
+    return demo_runs[1]
 
 
 def journey(output: str, saga_type: str, key: str) -> str:
@@ -129,15 +138,29 @@ def test_demo_order_without_payment_is_cancelled_by_its_payment_timer(
 
 
 @pytest.mark.slow
-def test_demo_ends_with_a_summary_and_an_empty_drain_without_any_broker(
+def test_demo_ends_with_a_summary_the_status_and_an_explained_empty_drain(
     demo: subprocess.CompletedProcess[str],
 ) -> None:
     assert "4 sagas (4 complete, 0 active); 6 timers: 3 fired, 3 canceled" in demo.stdout
-    assert demo.stdout.rstrip().endswith(
-        "fired=0 missed=0 failed=0 dead_lettered=0 unclaimed=0 delivered=0"
+    assert (
+        "manage.py saga_status: 0 active sagas, 0 pending timers, 0 due, 0 dead letters, "
+        "lag_seconds=0." in demo.stdout
     )
+    last = demo.stdout.rstrip().splitlines()[-1]
+    assert last.startswith("Nothing was left for the next beat tick: every timer above fired")
+    assert last.endswith("fired=0 missed=0 failed=0 dead_lettered=0 unclaimed=0 delivered=0")
     assert "could not enqueue" not in demo.stderr
     assert "Traceback" not in demo.stderr
+
+
+@pytest.mark.slow
+def test_demo_migrates_without_a_warning(
+    demo_runs: tuple[subprocess.CompletedProcess[str], subprocess.CompletedProcess[str]],
+) -> None:
+    migrate = demo_runs[0]
+
+    assert "WARNINGS" not in migrate.stdout + migrate.stderr
+    assert "bsft_saga.W001" not in migrate.stdout + migrate.stderr
 
 
 # --- the sample project's Celery app (in-process) -------------------------------------

@@ -38,7 +38,7 @@ RACE_KEYS = 40
 DRAIN_SECONDS = 420
 
 
-_VOLATILE = {"id", "saga_id", "correlation_key", "message_id", "payload"}
+_VOLATILE = {"id", "saga_id", "correlation_key", "message_id", "correlation_id", "payload"}
 
 
 def _shape(saga: SagaInstance) -> dict[str, Any]:

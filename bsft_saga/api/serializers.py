@@ -66,3 +66,25 @@ class SagaInstanceDetailSerializer(SagaInstanceSerializer):
 
     def get_timeouts_total(self, instance: SagaInstance) -> int:
         return instance.timeouts.count()
+
+
+class SagaStatusSerializer(serializers.Serializer[dict[str, object]]):
+    """``GET status/``: the document of ``manage.py saga_status --format json``."""
+
+    active_instances = serializers.IntegerField(help_text="Instances not yet complete.")
+    timeouts_pending = serializers.IntegerField(help_text="Timers not yet fired, due or not.")
+    timeouts_due = serializers.IntegerField(
+        help_text="Pending timers whose due_at has passed (a retry back-off included)."
+    )
+    timeouts_dead_lettered = serializers.IntegerField(help_text="Dead-lettered timers.")
+    timeouts_unconfirmed = serializers.IntegerField(
+        help_text="Fired timers still owed to a receiver; 0: no such state exists."
+    )
+    outbox_undelivered = serializers.IntegerField(
+        help_text="Outbox rows neither delivered nor dead-lettered."
+    )
+    outbox_dead_lettered = serializers.IntegerField(help_text="Dead-lettered outbox rows.")
+    lag_seconds = serializers.FloatField(
+        help_text="Now minus the oldest due timer's due_at or undelivered outbox row's "
+        "created_at; 0 when there is none."
+    )

@@ -30,6 +30,7 @@ from bsft_saga.events import codec
 from bsft_saga.events.envelope import Envelope
 from bsft_saga.events.registry import event_type_of
 from bsft_saga.exceptions import SagaConcurrencyError
+from bsft_saga.flows import activation
 from bsft_saga.flows.definition import Body, FlowDefinition, StepBody
 from bsft_saga.flows.registry import flow_registry
 from bsft_saga.models import SagaInboxEntry, SagaInstance
@@ -286,7 +287,7 @@ def _handle_deadline(envelope: Envelope) -> None:
     # UnknownFlowVersion if no installed flow declares it: the timer is retried, not dropped.
     flow = flow_registry.definition_for(event.saga_type, flow_version)
     deadline = flow.deadline
-    if deadline is None:
+    if deadline is None or not activation.is_active(flow.saga_type):
         return
 
     def plan() -> _Plan | _Ignored:

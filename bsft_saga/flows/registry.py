@@ -13,6 +13,7 @@ from typing import Any
 from django.utils.module_loading import import_string
 
 from bsft_saga.exceptions import UnknownFlowVersion
+from bsft_saga.flows import activation
 from bsft_saga.flows.base import SagaFlow
 from bsft_saga.flows.definition import FlowDefinition
 from bsft_saga.flows.problems import FlowProblem
@@ -97,8 +98,10 @@ class FlowRegistry:
         self._by_class[flow_class] = definition
 
     def flows_for(self, event_type: str) -> tuple[FlowDefinition, ...]:
-        """Every definition, of any installed version, with a step that awaits ``event_type``."""
-        return self._by_event_type.get(event_type, ())
+        """Every definition, of any installed version, with a step that awaits ``event_type``,
+        of the flows that are active (see :mod:`bsft_saga.flows.activation`)."""
+        flows = self._by_event_type.get(event_type, ())
+        return tuple(flow for flow in flows if activation.is_active(flow.saga_type))
 
     def all(self) -> tuple[FlowDefinition, ...]:
         """The current definition of every registered saga type."""

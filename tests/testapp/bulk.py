@@ -64,7 +64,7 @@ def bulk_start_counters(keys: list[str], now: datetime) -> None:
                 payload=codec.encode(CountWake(key)),
                 message_id=uuid.uuid4(),
                 calendar_key="",
-                correlation_id="",
+                correlation_id=uuid.uuid4().hex,  # what publish() gives an event without one
                 scope=TimeoutScope.STEP,
                 scheduled_step_index=1,
                 scheduled_at=now,

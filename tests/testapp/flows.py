@@ -11,6 +11,7 @@ from typing import Any
 from django.db import connection
 
 from bsft_saga import SagaContext, SagaFlow
+from bsft_saga.flows import SagaBuilderFactory
 from tests.testapp.engine_events import (
     DeadlineProbeFinished,
     DeadlineProbeStarted,
@@ -52,7 +53,9 @@ def _record_total(ctx: SagaContext[OrderState], e: OrderPlaced) -> None:
     ctx.publish(ReserveStock(e.order_id))
 
 
-def _on_reserved_or_cancelled(ctx: Any, e: StockReserved | OrderCancelled) -> None:
+def _on_reserved_or_cancelled(
+    ctx: SagaContext[OrderState], e: StockReserved | OrderCancelled
+) -> None:
     ctx.state.reserved = isinstance(e, StockReserved)
     ctx.state.cancelled = isinstance(e, OrderCancelled)
     ctx.state.log.append(type(e).__name__)
@@ -63,7 +66,7 @@ def _on_reserved_or_cancelled(ctx: Any, e: StockReserved | OrderCancelled) -> No
 class OrderFlow(SagaFlow):
     saga_type = "tests.order"
 
-    def configure(self, factory: Any) -> None:
+    def configure(self, factory: SagaBuilderFactory) -> None:
         (
             factory.with_state(OrderState)
             .start_with(OrderPlaced, key=lambda e: e.order_id)
@@ -104,7 +107,7 @@ class CounterFlow(SagaFlow):
 
     saga_type = "tests.counter"
 
-    def configure(self, factory: Any) -> None:
+    def configure(self, factory: SagaBuilderFactory) -> None:
         builder = factory.with_state(CounterState).start_with(Tick, key=lambda e: e.counter_id)
         builder.then(_count)
         for _ in range(COUNTER_STEPS):
@@ -122,7 +125,7 @@ class SingleInstanceFlow(SagaFlow):
 
     saga_type = "tests.single"
 
-    def configure(self, factory: Any) -> None:
+    def configure(self, factory: SagaBuilderFactory) -> None:
         (
             factory.with_state(PingState)
             .start_with(Ping)
@@ -138,7 +141,7 @@ class AsyncState:
     steps: list[str] = field(default_factory=list)
 
 
-async def _async_body(ctx: Any, e: AsyncStarted) -> None:
+async def _async_body(ctx: SagaContext[AsyncState], e: AsyncStarted) -> None:
     await asyncio.sleep(0)
     ctx.state.steps.append(f"async:{e.job_id}")
 
@@ -146,7 +149,7 @@ async def _async_body(ctx: Any, e: AsyncStarted) -> None:
 class AsyncBodyFlow(SagaFlow):
     saga_type = "tests.async"
 
-    def configure(self, factory: Any) -> None:
+    def configure(self, factory: SagaBuilderFactory) -> None:
         (
             factory.with_state(AsyncState)
             .start_with(AsyncStarted, key=lambda e: e.job_id)
@@ -159,7 +162,7 @@ class AsyncBodyFlow(SagaFlow):
 class StatelessFlow(SagaFlow):
     saga_type = "tests.stateless"
 
-    def configure(self, factory: Any) -> None:
+    def configure(self, factory: SagaBuilderFactory) -> None:
         factory.stateless().start_with(OrderShipped, key=lambda e: e.order_id).build()
 
 
@@ -168,7 +171,7 @@ class BadKeyFlow(SagaFlow):
 
     saga_type = "tests.bad-key"
 
-    def configure(self, factory: Any) -> None:
+    def configure(self, factory: SagaBuilderFactory) -> None:
         factory.stateless().start_with(BadKeyEvent, key=lambda e: e.number).complete()
 
 
@@ -193,7 +196,7 @@ def _maybe_fail(ctx: Any, e: FailingStarted | FailingNext) -> None:
 class FailingFlow(SagaFlow):
     saga_type = "tests.failing"
 
-    def configure(self, factory: Any) -> None:
+    def configure(self, factory: SagaBuilderFactory) -> None:
         (
             factory.with_state(FailingState)
             .start_with(FailingStarted, key=lambda e: e.job_id)
@@ -219,7 +222,7 @@ class ProbeState:
     steps: int = 0
 
 
-def _probe(ctx: Any, e: ProbeStarted | ProbeNext) -> None:
+def _probe(ctx: SagaContext[ProbeState], e: ProbeStarted | ProbeNext) -> None:
     if e.probe_id.startswith("unencodable"):
         # An int where ProbeEcho.kind is a str: ctx.publish raises TypeError in the body.
         ctx.publish(ProbeEcho(e.probe_id, kind=len(e.probe_id)))  # type: ignore[arg-type]
@@ -241,7 +244,7 @@ class ContextProbeFlow(SagaFlow):
 
     saga_type = "tests.engine.context-probe"
 
-    def configure(self, factory: Any) -> None:
+    def configure(self, factory: SagaBuilderFactory) -> None:
         (
             factory.with_state(ProbeState)
             .start_with(ProbeStarted, key=lambda e: e.probe_id)
@@ -276,7 +279,7 @@ class DeadlineProbeFlow(SagaFlow):
 
     saga_type = "tests.engine.deadline-probe"
 
-    def configure(self, factory: Any) -> None:
+    def configure(self, factory: SagaBuilderFactory) -> None:
         (
             factory.with_state(DeadlineProbeState)
             .with_deadline(DEADLINE_PROBE_BUDGET, on_expired=_deadline_probe_expired)
@@ -296,7 +299,7 @@ class ReminderFlow(SagaFlow):
 
     saga_type = "tests.engine.reminder"
 
-    def configure(self, factory: Any) -> None:
+    def configure(self, factory: SagaBuilderFactory) -> None:
         (
             factory.stateless()
             .start_with(ReminderRequested, key=lambda e: e.reminder_id)

@@ -5,14 +5,18 @@ from __future__ import annotations
 import logging
 import signal
 import threading
+from datetime import datetime
 from types import FrameType
 from typing import Any
 
-from django.core.management.base import BaseCommand, CommandParser
-from django.db import connections
+from django.conf import settings
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.utils import timezone
+from django.utils.dateparse import parse_datetime
 
 from bsft_saga import outbox
 from bsft_saga.conf import saga_settings
+from bsft_saga.connections import refresh_idle_connections
 from bsft_saga.draining import drain_pass
 from bsft_saga.management import arguments
 from bsft_saga.timeouts.dispatcher import DrainReport
@@ -52,6 +56,18 @@ class Command(BaseCommand):
             help="Due timers (and outbox rows) read per pass; default: TIMEOUTS.BATCH_SIZE, "
             f"at most {arguments.MAX_BATCH_SIZE}.",
         )
+        parser.add_argument(
+            "--as-of",
+            metavar="ISO-DATETIME",
+            help="Development only: fire the timers due by this moment instead of now (e.g. "
+            "2026-03-31T09:00+02:00; a naive time is in TIME_ZONE). Refused when DEBUG is off, "
+            "unless --force. Not with --loop.",
+        )
+        parser.add_argument(
+            "--force",
+            action="store_true",
+            help="Allow --as-of with DEBUG off: timers fire before their time, for real.",
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
         batch_size = options["batch_size"]
@@ -59,6 +75,7 @@ class Command(BaseCommand):
             batch_size = arguments.batch_size("--batch-size", batch_size)
         self.verbosity = int(options["verbosity"])
         self.batch_size = batch_size
+        self.as_of = _as_of(options["as_of"], force=options["force"], loop=options["loop"])
         self.total = DrainReport()
         self.total_outbox = outbox.DeliveryReport()
         self.stop_requested = threading.Event()
@@ -88,7 +105,7 @@ class Command(BaseCommand):
                 number += 1
                 # A long-lived process outlives connections (database restarts, failovers,
                 # CONN_MAX_AGE): replace a broken or expired one before each pass.
-                _refresh_connections()
+                refresh_idle_connections()
                 try:
                     worked = self._pass(number=number, quiet_if_idle=True)
                 except Exception as exc:
@@ -123,7 +140,7 @@ class Command(BaseCommand):
 
     def _pass(self, *, number: int | None, quiet_if_idle: bool = False) -> bool:
         """Run one pass; return whether it found any work."""
-        report = drain_pass(batch_size=self.batch_size)
+        report = drain_pass(batch_size=self.batch_size, now=self.as_of)
         self.total += report.timers
         self.total_outbox += report.outbox
         worked = report.found_work
@@ -154,12 +171,28 @@ class Command(BaseCommand):
         self.stdout.write(self.style.SUCCESS(str(self.total)))
 
 
-def _refresh_connections() -> None:
-    """``close_old_connections()``, except for a connection inside a transaction (a caller's
-    ``atomic`` block, or a test's), which is not ours to close."""
-    for conn in connections.all(initialized_only=True):
-        if not conn.in_atomic_block:
-            conn.close_if_unusable_or_obsolete()
+def _as_of(value: str | None, *, force: bool, loop: bool) -> datetime | None:
+    """The ``--as-of`` moment, aware; ``CommandError`` when it is malformed or not allowed."""
+    if value is None:
+        return None
+    if loop:
+        raise CommandError("--as-of cannot be combined with --loop: a dispatcher runs on the clock")
+    if not settings.DEBUG and not force:
+        raise CommandError(
+            "--as-of fires timers before their time; it is meant for development databases "
+            "and refused while DEBUG is off. Pass --force to run it anyway."
+        )
+    try:
+        moment = parse_datetime(value.strip())
+    except ValueError:
+        moment = None
+    if moment is None:
+        raise CommandError(
+            f"--as-of: {value!r} is not an ISO 8601 date-time, e.g. 2026-03-31T09:00:00+00:00"
+        )
+    if timezone.is_naive(moment):
+        moment = timezone.make_aware(moment)
+    return moment
 
 
 def _outbox_line(report: outbox.DeliveryReport) -> str:

@@ -19,6 +19,7 @@ from django.core.management.base import BaseCommand, CommandError
 
 from bsft_saga import clock
 from bsft_saga.models import SagaInstance, SagaTimeout
+from bsft_saga.status import SagaStatus, saga_status
 from bsft_saga.tasks import drain_saga_timeouts
 from bsft_saga.testing import SagaHarness
 from sample_project.orders.events import (
@@ -134,12 +135,13 @@ class Command(BaseCommand):
                     self._play(harness, act, narrator, verbose)
                 # One more beat tick, exactly what Celery beat runs every POLL_INTERVAL.
                 last_tick = drain_saga_timeouts()
+                status = saga_status()
         finally:
             logger.removeHandler(narrator)
             logger.setLevel(previous_level)
         if verbose:
             self._journeys()
-        self._summary(last_tick)
+        self._summary(last_tick, status)
 
     # -- the story ------------------------------------------------------------------------
 
@@ -237,7 +239,7 @@ class Command(BaseCommand):
                 f"sent {utc(reminder.sent_at)}"
             )
 
-    def _summary(self, last_tick: dict[str, int]) -> None:
+    def _summary(self, last_tick: dict[str, int], status: SagaStatus) -> None:
         instances = SagaInstance.objects.all()
         timers = SagaTimeout.objects.all()
         done = instances.filter(is_complete=True).count()
@@ -261,6 +263,13 @@ class Command(BaseCommand):
             for key in ("fired", "missed", "failed", "dead_lettered", "unclaimed")
         )
         self.stdout.write(
-            f"Last beat tick (bsft_saga.tasks.drain_saga_timeouts): {report} "
+            f"manage.py saga_status: {status.active_instances} active sagas, "
+            f"{status.timeouts_pending} pending timers, {status.timeouts_due} due, "
+            f"{status.dead_letters} dead letters, lag_seconds={status.lag_seconds:g}."
+        )
+        self.stdout.write(
+            "Nothing was left for the next beat tick: every timer above fired at its due time "
+            "or was cancelled by its saga. That tick (bsft_saga.tasks.drain_saga_timeouts, "
+            f"which Celery beat runs every POLL_INTERVAL) reports {report} "
             f"delivered={last_tick['delivered']}"
         )

@@ -1,0 +1,150 @@
+"""The operator's actions of the admin: the ones that change sagas.
+
+- :class:`TerminateSagasAction` (``terminate_sagas``, permission
+  ``bsft_saga.terminate_saga``): a confirmation page asks for the reason, then
+  :func:`bsft_saga.engine.termination.terminate` completes the selected instances.
+- :class:`FireNowAction` (``fire_now``, permission ``bsft_saga.change_sagatimeout``): makes
+  the selected pending timers due now (:func:`bsft_saga.timeouts.expedite.fire_now`).
+
+Each action is a mixin for the ``ModelAdmin`` that offers it. The *stuck* filter lives in
+:mod:`bsft_saga.admin` next to the *stalled* one; the status summary of the app index page
+is the template tag ``saga_status_at_a_glance``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, cast
+
+from django.contrib import admin, messages
+from django.contrib.admin import helpers
+from django.db.models import QuerySet
+from django.http import HttpRequest
+from django.template.response import TemplateResponse
+from django.utils.translation import gettext_lazy as _
+from django.utils.translation import ngettext
+
+from bsft_saga.engine import termination
+from bsft_saga.timeouts import expedite
+
+TERMINATE_PERMISSION = "bsft_saga.terminate_saga"
+FIRE_NOW_PERMISSION = "bsft_saga.change_sagatimeout"
+
+# Refusal messages shown one by one; the rest are summarised, so selecting a full page of
+# rows that cannot be changed does not flood the screen.
+MAX_REFUSALS_LISTED = 10
+
+
+def message_refusals(
+    modeladmin: admin.ModelAdmin[Any], request: HttpRequest, headline: str, reasons: Sequence[str]
+) -> None:
+    """Warn with ``headline``, then each reason, listing at most ``MAX_REFUSALS_LISTED``."""
+    if not reasons:
+        return
+    modeladmin.message_user(request, headline, messages.WARNING)
+    for reason in reasons[:MAX_REFUSALS_LISTED]:
+        modeladmin.message_user(request, reason, messages.WARNING)
+    if len(reasons) > MAX_REFUSALS_LISTED:
+        more = len(reasons) - MAX_REFUSALS_LISTED
+        modeladmin.message_user(
+            request,
+            ngettext("... and %(count)d more.", "... and %(count)d more.", more) % {"count": more},
+            messages.WARNING,
+        )
+
+
+class TerminateSagasAction:
+    """Adds the action ``terminate_sagas`` to the instance admin."""
+
+    terminate_confirmation_template = (
+        "admin/bsft_saga/sagainstance/terminate_selected_confirmation.html"
+    )
+
+    def has_terminate_permission(self, request: HttpRequest) -> bool:
+        return bool(request.user.has_perm(TERMINATE_PERMISSION))
+
+    @admin.action(description=_("Terminate selected sagas"), permissions=["terminate"])
+    def terminate_sagas(self, request: HttpRequest, queryset: QuerySet[Any]) -> Any:
+        modeladmin = cast("admin.ModelAdmin[Any]", self)
+        error = None
+        if request.POST.get("post") == "yes":
+            reason = request.POST.get("reason", "").strip()
+            if reason:
+                ids = list(queryset.values_list("pk", flat=True))
+                result = termination.terminate(ids, reason=reason, user=request.user)
+                _report_termination(modeladmin, request, result)
+                return None
+            error = _("Say why: the reason is stored on each instance and in the audit record.")
+        opts = modeladmin.model._meta
+        context = {
+            **modeladmin.admin_site.each_context(request),
+            "title": _("Terminate sagas"),
+            "opts": opts,
+            "queryset": queryset.order_by("saga_type", "correlation_key"),
+            "action_checkbox_name": helpers.ACTION_CHECKBOX_NAME,
+            "reason": request.POST.get("reason", ""),
+            "reason_error": error,
+            "media": modeladmin.media,
+        }
+        return TemplateResponse(request, self.terminate_confirmation_template, context)
+
+
+def _report_termination(
+    modeladmin: admin.ModelAdmin[Any],
+    request: HttpRequest,
+    result: termination.TerminationResult,
+) -> None:
+    count = len(result.terminated)
+    if count:
+        modeladmin.message_user(
+            request,
+            ngettext(
+                "%(count)d saga was terminated; its pending timers were cancelled.",
+                "%(count)d sagas were terminated; their pending timers were cancelled.",
+                count,
+            )
+            % {"count": count},
+            messages.SUCCESS,
+        )
+    refused = len(result.refused)
+    message_refusals(
+        modeladmin,
+        request,
+        ngettext(
+            "%(count)d saga was not terminated:", "%(count)d sagas were not terminated:", refused
+        )
+        % {"count": refused},
+        [reason for _pk, reason in result.refused],
+    )
+
+
+class FireNowAction:
+    """Adds the action ``fire_now`` to the timer admin."""
+
+    def has_fire_permission(self, request: HttpRequest) -> bool:
+        """Like requeueing, gated on the model's change permission (the admin edits nothing)."""
+        return bool(request.user.has_perm(FIRE_NOW_PERMISSION))
+
+    @admin.action(description=_("Fire selected pending timers now"), permissions=["fire"])
+    def fire_now(self, request: HttpRequest, queryset: QuerySet[Any]) -> None:
+        modeladmin = cast("admin.ModelAdmin[Any]", self)
+        result = expedite.fire_now(list(queryset.values_list("pk", flat=True)), user=request.user)
+        if result.due_now:
+            modeladmin.message_user(
+                request,
+                ngettext(
+                    "%(count)d timer is due now; it fires at the next drain.",
+                    "%(count)d timers are due now; they fire at the next drain.",
+                    result.due_now,
+                )
+                % {"count": result.due_now},
+                messages.SUCCESS,
+            )
+        refused = len(result.refused)
+        message_refusals(
+            modeladmin,
+            request,
+            ngettext("%(count)d timer was not moved:", "%(count)d timers were not moved:", refused)
+            % {"count": refused},
+            [reason for _pk, reason in result.refused],
+        )

@@ -1,0 +1,118 @@
+"""``saga_status()``: the numbers an operator checks first, from indexed queries only.
+
+``manage.py saga_status``, ``GET status/`` of the HTTP API, the admin's app index and the
+observable gauges of :mod:`bsft_saga.telemetry` all read them from here. Every query is a
+count or a ``MIN`` over a partial index of the rows that are still in play (pending timers,
+undelivered and dead-lettered rows, active instances), so the numbers stay cheap however
+many retired timers, delivered outbox rows and completed instances the tables keep; the
+plans are shown in docs/operations.md and pinned by tests/test_status.py.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from datetime import datetime
+
+from django.db.models import Count, Min
+
+from bsft_saga import clock
+from bsft_saga.models import SagaInstance, SagaOutboxMessage, SagaTimeout
+from bsft_saga.querysets import SagaTimeoutQuerySet
+
+__all__ = ["SagaStatus", "dead_letters", "due_timeouts", "lag_seconds", "saga_status"]
+
+
+@dataclass(frozen=True)
+class SagaStatus:
+    """A snapshot of the saga tables; the field names are the JSON keys of API.md.
+
+    - ``timeouts_due``: pending timers whose ``due_at`` has passed, a timer waiting for its
+      retry back-off (``next_attempt_at`` in the future) included: it is late as well.
+    - ``timeouts_unconfirmed``: fired timers whose event must still reach some receiver
+      again. Always 0: a timer's step and its dispatch confirmation commit in one
+      transaction, so there is no such state to count (the key is kept for monitors that
+      read it). Unconfirmed timers would be neither pending nor due, nor in the lag.
+    - ``outbox_undelivered``: outbox rows neither delivered nor dead-lettered.
+    - ``lag_seconds``: now minus the oldest of the due timers' ``due_at`` and the
+      undelivered outbox rows' ``created_at``; 0 when there is none. A healthy system
+      stays within a POLL_INTERVAL or two; a growing lag means nothing drains.
+    """
+
+    active_instances: int
+    timeouts_pending: int
+    timeouts_due: int
+    timeouts_dead_lettered: int
+    timeouts_unconfirmed: int
+    outbox_undelivered: int
+    outbox_dead_lettered: int
+    lag_seconds: float
+
+    def as_dict(self) -> dict[str, int | float]:
+        """The JSON document of ``saga_status --format json`` and ``GET status/``."""
+        return asdict(self)
+
+    @property
+    def dead_letters(self) -> int:
+        """Dead-lettered timers and outbox rows still stored."""
+        return self.timeouts_dead_lettered + self.outbox_dead_lettered
+
+
+def saga_status(*, now: datetime | None = None) -> SagaStatus:
+    """Count what is active, waiting, late and given up, at ``now`` (default: the clock).
+
+    Eight numbers from seven small queries, each a count or a ``MIN`` over a partial
+    index. The queries do not run in one snapshot: under load the numbers may disagree by
+    the rows that moved between two of them.
+    """
+    moment = now or clock.now()
+    due = _due_timers(moment).aggregate(count=Count("id"), oldest=Min("due_at"))
+    return SagaStatus(
+        active_instances=SagaInstance.objects.active().count(),
+        timeouts_pending=SagaTimeout.objects.pending().count(),
+        timeouts_due=due["count"],
+        timeouts_dead_lettered=SagaTimeout.objects.dead_lettered().count(),
+        timeouts_unconfirmed=0,
+        outbox_undelivered=SagaOutboxMessage.objects.pending().count(),
+        outbox_dead_lettered=SagaOutboxMessage.objects.dead_lettered().count(),
+        lag_seconds=_lag(moment, due["oldest"], _oldest_undelivered_outbox()),
+    )
+
+
+def due_timeouts(*, now: datetime | None = None) -> int:
+    """How many pending timers are due (``saga_status().timeouts_due``)."""
+    return _due_timers(now or clock.now()).count()
+
+
+def lag_seconds(*, now: datetime | None = None) -> float:
+    """How late the oldest due timer or undelivered outbox row is, in seconds (0: none)."""
+    moment = now or clock.now()
+    oldest_timer = _due_timers(moment).aggregate(oldest=Min("due_at"))["oldest"]
+    return _lag(moment, oldest_timer, _oldest_undelivered_outbox())
+
+
+def dead_letters() -> int:
+    """Dead-lettered timers plus dead-lettered outbox rows still stored."""
+    return (
+        SagaTimeout.objects.dead_lettered().count()
+        + SagaOutboxMessage.objects.dead_lettered().count()
+    )
+
+
+def _due_timers(now: datetime) -> SagaTimeoutQuerySet:
+    # Not SagaTimeout.objects.due(): that is what a dispatcher may claim (no live claim, an
+    # order); a claimed or backing-off row is still late.
+    return SagaTimeout.objects.pending().filter(due_at__lte=now)
+
+
+def _oldest_undelivered_outbox() -> datetime | None:
+    oldest: datetime | None = SagaOutboxMessage.objects.pending().aggregate(
+        oldest=Min("created_at")
+    )["oldest"]
+    return oldest
+
+
+def _lag(now: datetime, *oldest: datetime | None) -> float:
+    moments = [moment for moment in oldest if moment is not None]
+    if not moments:
+        return 0.0
+    return max(0.0, (now - min(moments)).total_seconds())
