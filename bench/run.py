@@ -1,113 +1,99 @@
-"""Micro-benchmarks of bsft_saga on the database named by DATABASE_URL. Not run in CI.
+"""``make bench``: measure bsft_saga against hand-written Django on the local PostgreSQL.
 
-    .venv/bin/python bench/run.py [--events N] [--timers N] [--batch-size N] [--dispatchers K]
+    .venv/bin/python -m bench.run               # full size (the lead, on a quiet machine)
+    BENCH_SIZE=smoke .venv/bin/python -m bench.run  # about a minute, to see that it runs
 
-Measures ``publish()`` of a one-step flow (each event starts and completes an instance)
-and ``drain_due()`` of N due timers, each waking the next step of its saga. With
-``--dispatchers K`` (K > 1) the timers are drained by K processes running
-tests/workers/timer_drain.py at once. Without DATABASE_URL it uses bench/.bench.sqlite3.
-The flows are the test app's (tests/testapp/load_flows.py); their rows are deleted before
-and after each run, nothing else is touched.
+Writes bench/results/latest.json and the numbers section of docs/performance.md, and
+prints a summary table. What each figure measures and why the comparison is fair is in the
+docstrings of bench/step.py, drain.py and poll.py, and in docs/performance.md; the sizes
+and their environment variables are in bench/config.py and bench/README.md.
+
+The bench works in its own database (``bsft_saga_bench``, created if missing), empties its
+saga tables before and after, and creates and drops two more for the poll; it never
+touches the test databases.
 """
 
 from __future__ import annotations
 
-import argparse
 import os
-import subprocess
 import sys
-import time
-import uuid
+import tempfile
+from dataclasses import asdict
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+from bench import config as bench_config
+from bench import database
+from bench.measure import clock, progress
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--events", type=int, default=1000, help="events to publish")
-    parser.add_argument("--timers", type=int, default=1000, help="due timers to drain")
-    parser.add_argument("--batch-size", type=int, default=100)
-    parser.add_argument("--dispatchers", type=int, default=1, help="processes draining")
-    args = parser.parse_args()
-
-    sys.path.insert(0, str(ROOT))
-    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "tests.settings")
-    os.environ.setdefault("DATABASE_URL", f"sqlite:///{ROOT / 'bench' / '.bench.sqlite3'}")
+    config = bench_config.from_environment()
+    began = clock()
+    database.ensure_database(config, config.database)
+    os.environ["DJANGO_SETTINGS_MODULE"] = "tests.settings"
+    os.environ["DATABASE_URL"] = config.database_url()  # never a test database
     import django
 
     django.setup()
     from django.core.management import call_command
-    from django.db import connection
+
+    from bench import drain, poll, report, statements, step
+    from bsft_saga.conf import saga_settings
 
     call_command("migrate", verbosity=0)
-    print(f"backend: {connection.vendor} ({connection.settings_dict['NAME']})")
-    _clean()
+    timeouts = saga_settings.timeouts
+    batch_size = config.batch_size or timeouts.batch_size
+    print(
+        f"make bench: {config.size} size, {config.sizes}, database {config.database}",
+        file=sys.stderr,
+    )
+    load_before = os.getloadavg()
+    rounds: dict[str, list[float]] = {}
+    detail = {}
     try:
-        rows = [
-            ("publish, 1-step flow", args.events, _bench_publish(args.events)),
-            (
-                f"drain_due, {args.dispatchers} dispatcher(s), batch {args.batch_size}",
-                args.timers,
-                _bench_drain(args.timers, args.batch_size, args.dispatchers),
-            ),
-        ]
+        step.check_baseline_writes_what_the_engine_writes()
+        progress("counting statements per unit of work")
+        counted = statements.count(config.batch_size, batch_size)
+        with tempfile.TemporaryDirectory(prefix="bsft-saga-bench-") as tmp:
+            workdir = Path(tmp)
+            for name, measure in (
+                ("step", lambda: step.run(config)),
+                ("drain", lambda: drain.run(config, workdir)),
+                ("poll", lambda: poll.run(config, workdir, batch_size)),
+                ("rss", lambda: drain.run_rss(config, workdir)),
+                ("sqlite_step", lambda: step.run_sqlite(config, workdir)),
+            ):
+                measured = measure()
+                rounds.update(measured.rounds)
+                detail[name] = measured.detail
     finally:
-        _clean()
-    print(f"{'benchmark':<44} {'n':>7} {'seconds':>9} {'per second':>11}")
-    for name, n, seconds in rows:
-        print(f"{name:<44} {n:>7} {seconds:>9.2f} {n / seconds:>11.1f}")
+        database.reset_saga_tables()
+
+    document = report.build(
+        size=config.size,
+        sizes=asdict(config.sizes),
+        rounds=rounds,
+        detail=detail,
+        facts={
+            "batch_size": batch_size,
+            "library_settings": {
+                "catch_up_policy": timeouts.catch_up_policy,
+                "claim_lease_s": timeouts.claim_lease.total_seconds(),
+            },
+            "machine": {
+                **report.machine_facts(),
+                "load_average_before": [round(x, 2) for x in load_before],
+                "load_average_after": [round(x, 2) for x in os.getloadavg()],
+            },
+            "postgresql": {**database.server_facts(), **database.commit_latency()},
+            "django": django.get_version(),
+            "duration_s": round(clock() - began, 1),
+            "statements": counted,
+        },
+    )
+    report.write(document)
+    print(report.summary(document))
     return 0
-
-
-def _clean() -> None:
-    from bsft_saga.models import SagaInstance
-    from tests.testapp.load_flows import BenchFlow, CountingFlow
-
-    SagaInstance.objects.filter(
-        saga_type__in=[BenchFlow.saga_type, CountingFlow.saga_type]
-    ).delete()
-
-
-def _bench_publish(n: int) -> float:
-    from bsft_saga import publish
-    from tests.testapp.load_events import BenchPing
-
-    run = uuid.uuid4().hex[:8]
-    started = time.perf_counter()
-    for i in range(n):
-        publish(BenchPing(f"bench-{run}-{i}"))
-    return time.perf_counter() - started
-
-
-def _bench_drain(n: int, batch_size: int, dispatchers: int) -> float:
-    from bsft_saga import publish
-    from bsft_saga.models import SagaTimeout
-    from bsft_saga.timeouts import drain_due
-    from tests.testapp.load_events import CountStarted
-
-    run = uuid.uuid4().hex[:8]
-    for i in range(n):  # each start step schedules a timer that is due at once
-        publish(CountStarted(f"bench-{run}-{i}"))
-    started = time.perf_counter()
-    if dispatchers > 1:
-        script = ROOT / "tests" / "workers" / "timer_drain.py"
-        command = [sys.executable, str(script), "--batch-size", str(batch_size)]
-        env = {**os.environ, "PYTHONPATH": str(ROOT)}
-        processes = [
-            subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL)
-            for _ in range(dispatchers)
-        ]
-        for process in processes:
-            process.wait(timeout=3600)
-    else:
-        while drain_due(batch_size=batch_size).settled:
-            pass
-    seconds = time.perf_counter() - started
-    left = SagaTimeout.objects.pending().filter(saga__correlation_key__startswith=f"bench-{run}")
-    if left.exists():
-        print(f"warning: {left.count()} timers still pending", file=sys.stderr)
-    return seconds
 
 
 if __name__ == "__main__":

@@ -59,7 +59,14 @@ class RaceReminderDue:
     race_id: str
 
 
-@event("tests.load.bench-ping")
+@event("tests.load.bench-reminder-requested")
 @dataclass(frozen=True)
-class BenchPing:
-    ping_id: str
+class BenchReminderRequested:
+    request_id: str
+    note: str = ""
+
+
+@event("tests.load.bench-reminder-due")
+@dataclass(frozen=True)
+class BenchReminderDue:
+    request_id: str

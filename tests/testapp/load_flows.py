@@ -1,4 +1,4 @@
-"""Flows of the load, fault-injection and race tests, and of bench/run.py.
+"""Flows of the load, fault-injection and race tests, and of ``make bench`` (bench/).
 
 Every flow here is deliberately tiny: what these tests count is how often a step ran,
 so each body does one observable thing.
@@ -12,7 +12,8 @@ from typing import Any
 
 from bsft_saga import SagaFlow
 from tests.testapp.load_events import (
-    BenchPing,
+    BenchReminderDue,
+    BenchReminderRequested,
     CountStarted,
     CountWake,
     RaceBump,
@@ -26,6 +27,8 @@ from tests.testapp.load_events import (
 WAKE_TIMER = "wake"
 REMINDER_TIMER = "remind"
 RACE_TIMER = "reminder"
+BENCH_REMINDER_TIMER = "remind"
+BENCH_REMINDER_DELAY = timedelta(hours=1)
 
 
 @dataclass
@@ -116,18 +119,33 @@ class RaceFlow(SagaFlow):
         )
 
 
-class BenchFlow(SagaFlow):
-    """A one-step flow: each publish starts and completes an instance (bench/run.py)."""
+@dataclass
+class BenchReminderState:
+    note: str = ""
 
-    saga_type = "tests.load.bench"
+
+def _note_and_remind(ctx: Any, e: BenchReminderRequested) -> None:
+    ctx.state.note = e.note
+    ctx.schedule_timeout(BENCH_REMINDER_TIMER, BENCH_REMINDER_DELAY, BenchReminderDue(e.request_id))
+
+
+class BenchReminderFlow(SagaFlow):
+    """The step benchmark's flow: its start step sets the state and schedules one reminder.
+
+    So publishing a start event writes an instance, its inbox row and one timer row, the
+    same three rows bench/baselines.py inserts by hand.
+    """
+
+    saga_type = "tests.load.bench-reminder"
 
     def configure(self, factory: Any) -> None:
         (
-            factory.stateless()
-            .start_with(BenchPing, key=lambda e: e.ping_id)
-            .then(lambda ctx, e: None)
+            factory.with_state(BenchReminderState)
+            .start_with(BenchReminderRequested, key=lambda e: e.request_id)
+            .then(_note_and_remind)
+            .wait_for(BenchReminderDue, key=lambda e: e.request_id)
             .complete()
         )
 
 
-FLOWS: list[type[SagaFlow]] = [CountingFlow, ReminderFlow, RaceFlow, BenchFlow]
+FLOWS: list[type[SagaFlow]] = [CountingFlow, ReminderFlow, RaceFlow, BenchReminderFlow]

@@ -1,0 +1,181 @@
+"""Child processes of ``make bench`` (started by bench/children.py, never by hand).
+
+``python -m bench.child drain [--batch-size N] --ready-file F --go-file G``
+    One bsft_saga dispatcher: ``drain_due()`` passes until a pass finds nothing to settle.
+``python -m bench.child handwritten --ready-file F --go-file G``
+    The hand-written loop of bench/baselines.py, until no reminder is due.
+``python -m bench.child poll --rows N --due M [--batch-size N]``
+    Migrates its (empty) database, writes N pending timers of which M are due, then answers
+    ``claim K`` lines on stdin with the milliseconds of K claims (each rolled back).
+``python -m bench.child sqlite-step --events N --rounds R``
+    Migrates its SQLite file and times R rounds of N published start events.
+
+A dispatcher sets Django up and connects before it touches its ready file, then waits for
+the go file: what it reports (``started`` when it saw the go file, ``finished`` after its
+last pass, on the system-wide monotonic clock) excludes its start-up. It also reports its
+peak RSS and what it fired.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import sys
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("mode", choices=("drain", "handwritten", "poll", "sqlite-step"))
+    parser.add_argument("--batch-size", type=int, default=None)
+    parser.add_argument("--ready-file", type=Path)
+    parser.add_argument("--go-file", type=Path)
+    parser.add_argument("--rows", type=int)
+    parser.add_argument("--due", type=int)
+    parser.add_argument("--events", type=int)
+    parser.add_argument("--rounds", type=int)
+    args = parser.parse_args()
+
+    import django
+
+    django.setup()
+    if args.mode in ("drain", "handwritten"):
+        report = dispatch(args)
+    elif args.mode == "poll":
+        return poll(args)
+    else:
+        report = sqlite_step(args)
+    print(json.dumps(report), flush=True)
+    return 0
+
+
+def dispatch(args: argparse.Namespace) -> dict[str, Any]:
+    from django.db import connection
+
+    from bench.baselines import fire_one_by_hand
+    from bench.measure import clock
+    from bsft_saga.models import SagaTimeout
+    from bsft_saga.timeouts.dispatcher import DrainReport, drain_due
+
+    # The same warm-up for both: a connection, and the ORM's first query behind us.
+    connection.ensure_connection()
+    SagaTimeout.objects.filter(pk=0).exists()
+    rss_ready = max_rss_kb(), current_rss_kb()
+    args.ready_file.touch()
+    while not args.go_file.exists():
+        time.sleep(0.001)
+
+    started = clock()
+    total, passes = DrainReport(), 0
+    if args.mode == "drain":
+        while True:
+            report = drain_due(batch_size=args.batch_size)
+            total, passes = total + report, passes + 1
+            if not report.settled:
+                break
+    else:
+        while fire_one_by_hand():
+            total, passes = total + DrainReport(fired=1), passes + 1
+    finished = clock()
+    return {
+        "started": started,
+        "finished": finished,
+        "fired": total.fired,
+        "failed": total.failed,
+        "missed": total.missed,
+        "dead_lettered": total.dead_lettered,
+        "passes": passes,
+        "max_rss_kb": max_rss_kb(),
+        "current_rss_kb": current_rss_kb(),
+        "max_rss_kb_when_ready": rss_ready[0],
+        "current_rss_kb_when_ready": rss_ready[1],
+        "pid": os.getpid(),
+    }
+
+
+def poll(args: argparse.Namespace) -> int:
+    from django.core.management import call_command
+    from django.db import transaction
+
+    from bench import database, workloads
+    from bsft_saga import clock
+    from bsft_saga.conf import saga_settings
+    from bsft_saga.delivery.batch import claim
+    from bsft_saga.timeouts.channel import TIMERS
+
+    call_command("migrate", verbosity=0)
+    database.disable_autovacuum()
+    workloads.write_due_reminders(args.rows, not_due_after=args.due)
+    workloads.check_due_reminders(args.rows, due=args.due)
+    database.vacuum_analyze()
+    lease = saga_settings.timeouts.claim_lease
+    print(json.dumps({"ready": True, "rows": args.rows, "due": args.due}), flush=True)
+
+    for line in sys.stdin:
+        command, _, count = line.partition(" ")
+        if command != "claim":
+            break
+        # Each claim rolled back leaves a dead version of every row it stamped (in the
+        # table and in its indexes): start every request from the same clean table.
+        database.vacuum_timers()
+        milliseconds = []
+        for _ in range(int(count)):
+            with transaction.atomic():
+                began = time.perf_counter()
+                rows = claim(
+                    TIMERS, limit=args.due, token=uuid.uuid4(), now=clock.now(), lease=lease
+                )
+                milliseconds.append((time.perf_counter() - began) * 1000)
+                transaction.set_rollback(True)  # every repetition sees the same rows
+            if len(rows) != args.due:
+                raise workloads.WorkloadError(f"a claim took {len(rows)} rows, not {args.due}")
+        print(json.dumps({"ms": milliseconds}), flush=True)
+    return 0
+
+
+def sqlite_step(args: argparse.Namespace) -> dict[str, Any]:
+    from django.core.management import call_command
+
+    from bench import database, workloads
+    from bench.measure import clock
+    from bsft_saga import publish
+
+    call_command("migrate", verbosity=0)
+    rates = []
+    for number in range(args.rounds):
+        database.reset_saga_tables()
+        began = clock()
+        for i in range(args.events):
+            publish(workloads.start_event(f"sqlite-{number}-{i:07d}"))
+        rates.append(args.events / (clock() - began))
+        workloads.check_started(args.events)
+    database.reset_saga_tables()
+    return {"events_per_s": rates}
+
+
+def max_rss_kb() -> int:
+    """Peak resident set size of this process so far, in KiB (macOS reports bytes)."""
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return peak // 1024 if sys.platform == "darwin" else peak
+
+
+def current_rss_kb() -> int | None:
+    """Resident set size now, in KiB (Linux; None elsewhere).
+
+    Next to the peak, it shows whether draining grew the process at all: a peak that is
+    still the start-up's would hide a slow growth below it.
+    """
+    try:
+        pages = int(Path("/proc/self/statm").read_text().split()[1])
+    except (OSError, IndexError, ValueError):
+        return None
+    return pages * os.sysconf("SC_PAGE_SIZE") // 1024
+
+
+if __name__ == "__main__":
+    sys.exit(main())

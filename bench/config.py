@@ -1,0 +1,114 @@
+"""What one ``make bench`` run measures, and how big: read from the environment once.
+
+The defaults are the full sizes of issue 6 (workload W: 10,000 due reminders; the poll with
+10k and 1M pending rows; RSS after 10k and 100k timers). ``BENCH_SIZE=smoke`` switches every
+default to a size that runs end to end in about a minute; each ``BENCH_*`` variable still
+overrides its own value. A run below any full size is labelled ``"size": "smoke"`` in its
+results, whatever set it, so that its numbers are never read as a measurement.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import asdict, dataclass, fields
+
+MIN_ROUNDS = 3
+
+
+@dataclass(frozen=True)
+class Sizes:
+    rounds: int  # interleaved rounds of every A/B pair; each reported figure is a median
+    events: int  # start events published per step run (PostgreSQL)
+    sqlite_events: int  # start events published per step run on the SQLite file
+    timers: int  # due reminders per drain run (workload W)
+    poll_small: int  # pending timer rows in the poll's small table
+    poll_large: int  # ... and in its large one
+    poll_reps: int  # claims timed per poll table per round
+    rss_small: int  # due reminders the first RSS dispatcher drains
+    rss_large: int  # ... and the second
+
+
+FULL = Sizes(
+    rounds=3,
+    events=2_000,
+    sqlite_events=2_000,
+    timers=10_000,
+    poll_small=10_000,
+    poll_large=1_000_000,
+    poll_reps=200,
+    rss_small=10_000,
+    rss_large=100_000,
+)
+
+SMOKE = Sizes(
+    rounds=3,
+    events=150,
+    sqlite_events=150,
+    timers=300,
+    poll_small=2_000,
+    poll_large=20_000,
+    poll_reps=30,
+    rss_small=300,
+    rss_large=1_500,
+)
+
+
+@dataclass(frozen=True)
+class Config:
+    sizes: Sizes
+    batch_size: int | None  # drain_due(batch_size=...); None: the library's BATCH_SIZE
+    pg_host: str
+    pg_port: int
+    pg_user: str
+    database: str  # the bench's own database; its saga tables are truncated freely
+
+    @property
+    def size(self) -> str:
+        """``"full"`` when every size is at least the full one, else ``"smoke"``."""
+        full = asdict(FULL)
+        return "full" if all(v >= full[k] for k, v in asdict(self.sizes).items()) else "smoke"
+
+    def database_url(self, name: str | None = None) -> str:
+        return f"postgres://{self.pg_user}@{self.pg_host}:{self.pg_port}/{name or self.database}"
+
+
+def from_environment(environ: dict[str, str] | None = None) -> Config:
+    """Read ``BENCH_*`` (see bench/README.md); a bad value is a ``SystemExit`` naming it."""
+    env = os.environ if environ is None else environ
+    preset = env.get("BENCH_SIZE", "full")
+    if preset not in ("full", "smoke"):
+        raise SystemExit(f"BENCH_SIZE must be 'full' or 'smoke', not {preset!r}")
+    defaults = FULL if preset == "full" else SMOKE
+    values = {
+        f.name: _positive(env, f"BENCH_{f.name.upper()}", getattr(defaults, f.name))
+        for f in fields(Sizes)
+    }
+    sizes = Sizes(**values)
+    if sizes.rounds < MIN_ROUNDS:
+        raise SystemExit(f"BENCH_ROUNDS must be at least {MIN_ROUNDS}: ratios are medians")
+    database = env.get("BENCH_DATABASE", "bsft_saga_bench")
+    if not database.startswith("bsft_saga_bench"):
+        # The bench truncates and drops what it uses: never let it near another database.
+        raise SystemExit("BENCH_DATABASE must start with 'bsft_saga_bench'")
+    batch = env.get("BENCH_BATCH_SIZE")
+    return Config(
+        sizes=sizes,
+        batch_size=_positive(env, "BENCH_BATCH_SIZE", 1) if batch else None,
+        pg_host=env.get("BENCH_PG_HOST", "127.0.0.1"),
+        pg_port=_positive(env, "BENCH_PG_PORT", 5432),
+        pg_user=env.get("BENCH_PG_USER", "postgres"),
+        database=database,
+    )
+
+
+def _positive(env: dict[str, str] | os._Environ[str], name: str, default: int) -> int:
+    raw = env.get(name)
+    if raw is None or raw == "":
+        return default
+    try:
+        value = int(raw.replace("_", ""))
+    except ValueError:
+        raise SystemExit(f"{name} must be a positive integer, not {raw!r}") from None
+    if value < 1:
+        raise SystemExit(f"{name} must be a positive integer, not {raw!r}")
+    return value

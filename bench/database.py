@@ -1,0 +1,169 @@
+"""The bench's own PostgreSQL databases, and resetting the saga tables between runs.
+
+Every database the bench touches is named ``bsft_saga_bench*`` (see ``config``): the main
+one holds the step and drain runs, and the poll gets two of its own, created for the run
+and dropped after it. Nothing here connects to the test databases or to ``bsft_saga``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import psycopg
+from psycopg import sql
+
+from bench.config import Config
+
+# Reported with the results: what decides how much a commit costs on this server.
+SERVER_SETTINGS = (
+    "server_version",
+    "synchronous_commit",
+    "fsync",
+    "full_page_writes",
+    "wal_sync_method",
+    "commit_delay",
+    "shared_buffers",
+)
+
+
+def _maintenance(config: Config) -> psycopg.Connection[Any]:
+    try:
+        return psycopg.connect(
+            host=config.pg_host,
+            port=config.pg_port,
+            user=config.pg_user,
+            dbname="postgres",
+            connect_timeout=3,
+            autocommit=True,
+        )
+    except psycopg.OperationalError as exc:
+        raise SystemExit(
+            f"make bench needs PostgreSQL at {config.pg_host}:{config.pg_port} "
+            f"(user {config.pg_user}): {exc}"
+        ) from None
+
+
+def ensure_database(config: Config, name: str) -> None:
+    """Create ``name`` unless it exists (like the Makefile's PG_CHECK)."""
+    with _maintenance(config) as conn:
+        exists = conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", [name]).fetchone()
+        if exists is None:
+            conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+
+
+def recreate_database(config: Config, name: str) -> None:
+    """Drop ``name`` if a crashed run left it behind, then create it empty."""
+    drop_database(config, name)
+    with _maintenance(config) as conn:
+        conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+
+
+def drop_database(config: Config, name: str) -> None:
+    assert name.startswith("bsft_saga_bench"), name
+    with _maintenance(config) as conn:
+        conn.execute(
+            sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
+        )
+
+
+def server_facts() -> dict[str, str]:
+    """The settings in ``SERVER_SETTINGS``, as ``SHOW`` prints them (Django's connection)."""
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT name, current_setting(name) FROM unnest(%s::text[]) AS name",
+            [list(SERVER_SETTINGS)],
+        )
+        return dict(cursor.fetchall())
+
+
+def commit_latency(commits: int = 200) -> dict[str, float]:
+    """Median milliseconds of a one-row INSERT in autocommit, with and without waiting for
+    the WAL flush (``synchronous_commit`` on / off for this session).
+
+    A fact about the machine, for reading the ratios: group commit saves one flush per
+    timer, which is worth much on a slow disk and little on a fast one.
+    """
+    from django.db import connection
+
+    from bench.measure import clock, median
+
+    found = {}
+    with connection.cursor() as cursor:
+        cursor.execute("CREATE TABLE IF NOT EXISTS bench_commit_probe (id bigserial PRIMARY KEY)")
+        for label, setting in (("commit_ms", "on"), ("commit_ms_without_flush", "off")):
+            cursor.execute("SELECT set_config('synchronous_commit', %s, false)", [setting])
+            times = []
+            for _ in range(commits):
+                began = clock()
+                cursor.execute("INSERT INTO bench_commit_probe DEFAULT VALUES")
+                times.append((clock() - began) * 1000)
+            found[label] = round(median(times), 3)
+        cursor.execute("RESET synchronous_commit")
+        cursor.execute("DROP TABLE bench_commit_probe")
+    return found
+
+
+def disable_autovacuum() -> None:
+    """Leave the saga tables to the bench's own VACUUMs (the poll's databases only).
+
+    Otherwise autovacuum picks one of the poll's two databases at a moment of its choosing,
+    and the claims timed in the other one share the machine with it.
+    """
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        for table in saga_tables():
+            name = connection.ops.quote_name(table)
+            cursor.execute(f"ALTER TABLE {name} SET (autovacuum_enabled = false)")
+
+
+def vacuum_timers() -> None:
+    """Remove the dead versions rolled-back claims leave in the timer table and its indexes."""
+    from django.db import connection
+
+    from bsft_saga.models import SagaTimeout
+
+    table = connection.ops.quote_name(SagaTimeout._meta.db_table)
+    with connection.cursor() as cursor:
+        cursor.execute(f"VACUUM (INDEX_CLEANUP ON) {table}")
+
+
+def saga_tables() -> list[str]:
+    from bsft_saga.models import SagaInboxEntry, SagaInstance, SagaOutboxMessage, SagaTimeout
+
+    return [
+        m._meta.db_table for m in (SagaTimeout, SagaInboxEntry, SagaOutboxMessage, SagaInstance)
+    ]
+
+
+def reset_saga_tables() -> None:
+    """Empty the saga tables, so that every run starts from the same table.
+
+    On PostgreSQL ``TRUNCATE … RESTART IDENTITY`` rather than ``DELETE``: no dead rows or
+    index entries are left for the next run to step over, and autovacuum has nothing to do
+    in the middle of one. (SQLite, the step benchmark's second backend, has ``DELETE``.)
+    """
+    from django.db import connection
+
+    tables = [connection.ops.quote_name(table) for table in saga_tables()]
+    with connection.cursor() as cursor:
+        if connection.vendor == "postgresql":
+            cursor.execute(f"TRUNCATE {', '.join(tables)} RESTART IDENTITY")
+        else:
+            for table in tables:  # children first
+                cursor.execute(f"DELETE FROM {table}")
+
+
+def vacuum_analyze() -> None:
+    """Fresh statistics and visibility map for the rows just written (outside any timing).
+
+    Without it the planner would see each run's bulk-written rows only once autovacuum got
+    round to them, which it does at a different moment in each run.
+    """
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        for table in saga_tables():
+            cursor.execute(f"VACUUM ANALYZE {connection.ops.quote_name(table)}")

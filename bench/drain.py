@@ -1,0 +1,101 @@
+"""The drain benchmark (workload W) and the dispatcher's memory.
+
+**Library**: ``drain_due()`` passes, in a child process, until a pass settles nothing; with
+two children at once for the scaling figure. **Hand-written**: ``baselines.fire_one_by_hand``
+in a loop, in one child. Each run starts from the same freshly written W (N due reminders,
+bench/workloads.py), empty tables otherwise, statistics fresh; none of that is timed.
+
+A run's time is from the go file to the last child's finish, as the children report them
+on the system-wide monotonic clock: Django's start-up, connecting and writing W are outside
+it. After every run the rows are checked (each saga woken exactly once) before the rate
+counts. The rounds run library 1p, hand-written 1p, library 2p, and again: each ratio is
+taken between neighbours of one round.
+
+**RSS**: the peak resident set size (``ru_maxrss``) of a library dispatcher that drained a
+small and a large W, one run each. Both include Django's start-up, so their difference is
+what draining more timers costs in memory: it should not grow with the backlog.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from bench import database, workloads
+from bench.children import Children, child_environment
+from bench.config import Config
+from bench.measure import Measured, interleave, per_round_ratios, progress
+
+MIN_RATE = 10  # timers a second below which a run is taken for hung (bounds each wait)
+
+
+def drain_once(config: Config, workdir: Path, mode: str, processes: int, n: int) -> dict[str, Any]:
+    """Write W with ``n`` reminders, drain it with ``processes`` children of ``mode``
+    ("drain" or "handwritten"); return the rate and what the children reported."""
+    batch = ["--batch-size", str(config.batch_size)] if config.batch_size else []
+    with Children(workdir, child_environment(config.database_url())) as children:
+        # Started first, so that their start-up overlaps writing the rows.
+        started = [children.spawn(f"{mode}-{i}", mode, *batch) for i in range(processes)]
+        database.reset_saga_tables()
+        workloads.write_due_reminders(n)
+        database.vacuum_analyze()
+        workloads.check_due_reminders(n)
+        children.release(started)
+        reports = [child.report(timeout=60 + n / MIN_RATE) for child in started]
+    workloads.check_reminders_fired(n)
+    problems = sum(r["failed"] + r["missed"] + r["dead_lettered"] for r in reports)
+    if sum(r["fired"] for r in reports) != n or problems:
+        raise workloads.WorkloadError(f"{mode} x{processes}: the children reported {reports}")
+    seconds = max(r["finished"] for r in reports) - min(r["started"] for r in reports)
+    return {"timers_per_s": n / seconds, "seconds": seconds, "children": reports}
+
+
+def run(config: Config, workdir: Path) -> Measured:
+    n = config.sizes.timers
+    runs: dict[str, list[dict[str, Any]]] = {
+        "library_1p": [],
+        "handwritten_1p": [],
+        "library_2p": [],
+    }
+
+    def rate(name: str, mode: str, processes: int) -> float:
+        result = drain_once(config, workdir, mode, processes, n)
+        runs[name].append(result)
+        return float(result["timers_per_s"])
+
+    values = interleave(
+        config.sizes.rounds,
+        {
+            "drain: drain_due(), 1 process": lambda: rate("library_1p", "drain", 1),
+            "drain: hand-written, 1 process": lambda: rate("handwritten_1p", "handwritten", 1),
+            "drain: drain_due(), 2 processes": lambda: rate("library_2p", "drain", 2),
+        },
+    )
+    library_1p, by_hand, library_2p = values.values()
+    database.reset_saga_tables()
+    return Measured(
+        rounds={
+            "drain_timers_per_s_1p": library_1p,
+            "drain_timers_per_s_2p": library_2p,
+            "drain_ratio_vs_handwritten": per_round_ratios(library_1p, by_hand),
+            "drain_scaling_2p_vs_1p": per_round_ratios(library_2p, library_1p),
+        },
+        detail={"timers_per_run": n, **runs},
+    )
+
+
+def run_rss(config: Config, workdir: Path) -> Measured:
+    found: dict[str, Any] = {}
+    for label, n in (("small", config.sizes.rss_small), ("large", config.sizes.rss_large)):
+        result = drain_once(config, workdir, "drain", 1, n)
+        (child,) = result["children"]
+        found[label] = {"timers": n, **child, "timers_per_s": result["timers_per_s"]}
+        progress(f"rss after {n} timers{'':<19} {child['max_rss_kb'] / 1024:>12.2f} MB")
+    database.reset_saga_tables()
+    return Measured(
+        rounds={  # one run each: a peak is not noisy the way a rate is
+            "dispatcher_rss_mb_10k": [found["small"]["max_rss_kb"] / 1024],
+            "dispatcher_rss_mb_100k": [found["large"]["max_rss_kb"] / 1024],
+        },
+        detail=found,
+    )

@@ -1,0 +1,298 @@
+"""The results: bench/results/latest.json, the numbers section of docs/performance.md, and
+the summary table on stdout.
+
+Only the text between ``<!-- bench:results -->`` and ``<!-- /bench:results -->`` in
+docs/performance.md is rewritten; the narrative around it is the humans'. A run below the
+full sizes says so everywhere it writes (``"size": "smoke"``), so that its numbers are
+never mistaken for a measurement.
+"""
+
+from __future__ import annotations
+
+import json
+import operator
+import os
+import platform
+import subprocess
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from bench.measure import median
+
+ROOT = Path(__file__).resolve().parent.parent
+RESULTS = ROOT / "bench" / "results" / "latest.json"
+PERFORMANCE_DOC = ROOT / "docs" / "performance.md"
+BEGIN, END = "<!-- bench:results -->", "<!-- /bench:results -->"
+
+# In the order the table lists them.
+KEYS = (
+    "step_events_per_s",
+    "step_ratio_vs_handwritten",
+    "sqlite_step_events_per_s",
+    "drain_timers_per_s_1p",
+    "drain_timers_per_s_2p",
+    "drain_ratio_vs_handwritten",
+    "drain_scaling_2p_vs_1p",
+    "poll_ms_10k",
+    "poll_ms_1m",
+    "poll_ratio_1m_vs_10k",
+    "dispatcher_rss_mb_10k",
+    "dispatcher_rss_mb_100k",
+)
+
+
+@dataclass(frozen=True)
+class Target:
+    """One target of issue 6: ``value(metrics) <op> threshold``."""
+
+    name: str
+    value: Callable[[dict[str, float]], float]
+    op: str  # ">=" or "<="
+    threshold: float
+
+    def check(self, metrics: dict[str, float]) -> dict[str, Any]:
+        value = self.value(metrics)
+        holds = (operator.ge if self.op == ">=" else operator.le)(value, self.threshold)
+        return {
+            "name": self.name,
+            "value": round(value, 3),
+            "op": self.op,
+            "threshold": self.threshold,
+            "pass": holds,
+        }
+
+
+def _key(name: str) -> Callable[[dict[str, float]], float]:
+    return lambda metrics: metrics[name]
+
+
+TARGETS = (
+    Target("drain_ratio_vs_handwritten", _key("drain_ratio_vs_handwritten"), ">=", 1.5),
+    Target("drain_scaling_2p_vs_1p", _key("drain_scaling_2p_vs_1p"), ">=", 1.6),
+    Target("step_ratio_vs_handwritten", _key("step_ratio_vs_handwritten"), ">=", 1.0),
+    Target("poll_ratio_1m_vs_10k", _key("poll_ratio_1m_vs_10k"), "<=", 1.5),
+    Target(
+        "dispatcher_rss_mb_100k - dispatcher_rss_mb_10k",
+        lambda m: m["dispatcher_rss_mb_100k"] - m["dispatcher_rss_mb_10k"],
+        "<=",
+        20,
+    ),
+)
+
+
+def build(
+    *,
+    size: str,
+    sizes: dict[str, int],
+    rounds: dict[str, list[float]],
+    detail: dict[str, Any],
+    facts: dict[str, Any],
+) -> dict[str, Any]:
+    """The document written to latest.json; each key's value is the median of its rounds."""
+    assert set(rounds) == set(KEYS), sorted(set(rounds) ^ set(KEYS))
+    metrics = {key: median(rounds[key]) for key in KEYS}
+    targets = [target.check(metrics) for target in TARGETS]
+    document: dict[str, Any] = {"size": size}
+    if size != "full":
+        document["warning"] = (
+            "smoke run: reduced sizes on whatever machine this was; the numbers only show "
+            "that the bench runs end to end. Do not commit this file."
+        )
+    document.update(
+        written_at=datetime.now(UTC).isoformat(timespec="seconds"),
+        git=git_facts(),
+        sizes=sizes,
+        metrics={key: round(metrics[key], 3) for key in KEYS},
+        targets=targets,
+        all_targets_pass=all(t["pass"] for t in targets),
+        rounds={key: [round(v, 3) for v in rounds[key]] for key in KEYS},
+        **facts,
+        rounds_detail=detail,
+    )
+    return document
+
+
+def write(document: dict[str, Any]) -> None:
+    RESULTS.parent.mkdir(parents=True, exist_ok=True)
+    RESULTS.write_text(json.dumps(document, indent=2) + "\n", encoding="utf-8")
+    text = PERFORMANCE_DOC.read_text(encoding="utf-8")
+    if BEGIN not in text or END not in text:
+        raise SystemExit(f"{PERFORMANCE_DOC} has lost its {BEGIN} … {END} markers")
+    head, rest = text.split(BEGIN, 1)
+    _old, tail = rest.split(END, 1)
+    PERFORMANCE_DOC.write_text(f"{head}{BEGIN}\n{markdown(document)}{END}{tail}", encoding="utf-8")
+
+
+def git_facts() -> dict[str, Any]:
+    def git(*args: str) -> str:
+        result = subprocess.run(
+            ["git", *args], cwd=ROOT, capture_output=True, text=True, check=False
+        )
+        return result.stdout.strip()
+
+    # What the bench itself writes does not make the tree dirty.
+    ours = ("bench/results/", "docs/performance.md")
+    changes = [
+        line for line in git("status", "--porcelain").splitlines() if not line[3:].startswith(ours)
+    ]
+    return {
+        "commit": git("rev-parse", "HEAD"),
+        "branch": git("rev-parse", "--abbrev-ref", "HEAD"),
+        "dirty": bool(changes),
+    }
+
+
+def machine_facts() -> dict[str, Any]:
+    memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    return {
+        "cores": os.cpu_count(),
+        "cpu": _cpu_model(),
+        "memory_gb": round(memory / 2**30, 1),
+        "platform": platform.platform(),
+        "python": platform.python_version(),
+    }
+
+
+def _cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "?"
+
+
+# -- rendering --------------------------------------------------------------------------------
+
+
+def _number(key: str, value: float) -> str:
+    if "ratio" in key or "scaling" in key:
+        return f"{value:.2f}"
+    if key.startswith("poll_ms"):
+        return f"{value:.3f}"
+    return f"{value:.1f}"
+
+
+def _rows(document: dict[str, Any]) -> list[tuple[str, str, str, str, str]]:
+    """(key, value, each round's value, target, pass/FAIL) per key, then the RSS target."""
+    by_name = {t["name"]: t for t in document["targets"]}
+
+    def verdict(name: str) -> tuple[str, str]:
+        target = by_name.get(name)
+        if target is None:
+            return "", ""
+        return f"{target['op']} {target['threshold']}", "pass" if target["pass"] else "FAIL"
+
+    rows = []
+    for key in KEYS:
+        per_round = document["rounds"][key]
+        spread = ", ".join(_number(key, v) for v in per_round) if len(per_round) > 1 else ""
+        rows.append((key, _number(key, document["metrics"][key]), spread, *verdict(key)))
+    for name, target in by_name.items():
+        if name not in KEYS:
+            rows.append((name, _number(name, target["value"]), "", *verdict(name)))
+    return rows
+
+
+def _facts(document: dict[str, Any]) -> list[tuple[str, str]]:
+    git, machine, pg, sizes = (
+        document["git"],
+        document["machine"],
+        document["postgresql"],
+        document["sizes"],
+    )
+    load = machine["load_average_before"][0], machine["load_average_after"][0]
+    return [
+        (
+            "Run",
+            f"{document['written_at']}, commit `{git['commit'][:10]}`"
+            f"{' with uncommitted changes' if git['dirty'] else ''} ({git['branch']}), "
+            f"{document['size']} size, {sizes['rounds']} rounds, batch size "
+            f"{document['batch_size']}, {document['duration_s']:.0f} s",
+        ),
+        (
+            "Machine",
+            f"{machine['cores']} cores ({machine['cpu']}), {machine['memory_gb']} GB, "
+            f"Python {machine['python']}, Django {document['django']}; "
+            f"1-minute load average {load[0]} before, {load[1]} after",
+        ),
+        (
+            "PostgreSQL",
+            f"{pg['server_version']}, synchronous_commit={pg['synchronous_commit']}, "
+            f"fsync={pg['fsync']}; a one-row commit takes {pg['commit_ms']} ms "
+            f"({pg['commit_ms_without_flush']} ms without waiting for the flush)",
+        ),
+        (
+            "Sizes",
+            f"{sizes['events']} start events per step run ({sizes['sqlite_events']} on "
+            f"SQLite); {sizes['timers']} reminders per drain run; poll tables of "
+            f"{sizes['poll_small']} and {sizes['poll_large']} pending timers, "
+            f"{sizes['poll_reps']} claims per table per round; RSS after {sizes['rss_small']} "
+            f"and {sizes['rss_large']} reminders",
+        ),
+    ]
+
+
+_UNITS = {
+    "publish_start_event": "a start event, `publish()`",
+    "start_by_hand": "a start event, by hand",
+    "fire_timer_drain_due": "a fired reminder, `drain_due()`",
+    "fire_timer_by_hand": "a fired reminder, by hand",
+}
+
+
+def markdown(document: dict[str, Any]) -> str:
+    lines = []
+    if document["size"] != "full":
+        lines += [
+            "> **Smoke run, not a measurement.** Reduced sizes on a possibly busy machine: this",
+            "> section only shows that the bench runs. Run `make bench` at full size on a quiet",
+            "> machine before reading anything into it, and do not commit it.",
+            "",
+        ]
+    lines += ["| key | value | rounds | target | |", "| --- | ---: | --- | --- | --- |"]
+    lines += [f"| `{k}` | {v} | {r} | {t} | {p} |" for k, v, r, t, p in _rows(document)]
+    lines += [""] + [f"- **{label}**: {text}." for label, text in _facts(document)]
+    lines += [
+        "",
+        "Statements and transactions per unit of work (counted, not timed; a transaction is",
+        "a commit, or a statement sent outside any `atomic()`):",
+        "",
+        "| per | statements | transactions | by kind |",
+        "| --- | ---: | ---: | --- |",
+    ]
+    for label, counted in document["statements"].items():
+        kinds = ", ".join(f"{kind} {n:g}" for kind, n in counted["by_kind"].items())
+        lines.append(
+            f"| {_UNITS.get(label, label)} | {counted['statements']:.2f} | "
+            f"{counted['transactions']:.3f} | {kinds} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def summary(document: dict[str, Any]) -> str:
+    rows = [("key", "value", "rounds", "target", ""), *_rows(document)]
+    widths = [max(len(row[i]) for row in rows) for i in range(5)]
+    out = []
+    if document["size"] != "full":
+        out += ["SMOKE RUN (reduced sizes): the numbers only show that the bench runs.", ""]
+    for number, row in enumerate(rows):
+        cells = [
+            c.rjust(w) if i == 1 else c.ljust(w)
+            for i, (c, w) in enumerate(zip(row, widths, strict=True))
+        ]
+        out.append("  ".join(cells).rstrip())
+        if number == 0:
+            out.append("  ".join("-" * w for w in widths))
+    out += [""] + [f"{label}: {text.replace('`', '')}" for label, text in _facts(document)]
+    passed = sum(t["pass"] for t in document["targets"])
+    out += [
+        "",
+        f"targets: {passed} of {len(document['targets'])} met; wrote "
+        f"{RESULTS.relative_to(ROOT)} and {PERFORMANCE_DOC.relative_to(ROOT)}",
+    ]
+    return "\n".join(out)

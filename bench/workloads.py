@@ -1,0 +1,225 @@
+"""The rows each benchmark starts from, and the checks that the work measured was done.
+
+**Workload W** is N ``CountingFlow`` sagas (tests/testapp/load_flows.py) just after their
+start step, each with one pending ``wake`` timer that is due now. Firing a timer wakes
+step 2 of its saga, which counts: the instance row gets the new state (count 1), step 2 and
+version 2, an inbox row records the timer's message id, and the timer is retired as fired.
+
+Setting W up is not measured, and publishing N start events would take longer than draining
+them, so the rows are **cloned**: one start event is published through the engine, and its
+rows (instance, inbox entry, timer) are copied N times by one ``INSERT … SELECT
+generate_series`` per table, each copy with its own ids and its own correlation key. Every
+other column is the engine's own value, so the copies have exactly the shape the engine
+writes, whatever columns the library adds while it is being tuned.
+
+The poll's tables are the same clones, with all but a batch of the timers moved a day or
+more into the future.
+"""
+
+from __future__ import annotations
+
+import uuid
+from datetime import datetime
+from typing import Any
+
+from django.db import connection, models
+from django.db.models import Exists, OuterRef
+
+from bsft_saga import clock, publish
+from bsft_saga.models import SagaInboxEntry, SagaInstance, SagaTimeout, TimeoutOutcome
+from bsft_saga.timeouts.channel import TIMERS
+from tests.testapp.load_events import BenchReminderRequested, CountStarted
+from tests.testapp.load_flows import BenchReminderFlow, CountingFlow
+
+TEMPLATE_KEY = "bench-template-key"  # appears in no other column of the template's rows
+STEP_NOTE = "benchmarked"  # what the step benchmark's start step stores in the state
+
+
+class WorkloadError(AssertionError):
+    """The rows are not what the benchmark set out to measure: no number is reported."""
+
+
+# -- workload W -------------------------------------------------------------------------------
+
+
+def write_due_reminders(n: int, *, not_due_after: int | None = None) -> None:
+    """Write workload W: ``n`` counting sagas, each with one due ``wake`` timer.
+
+    ``not_due_after=k``: only the first ``k`` timers (in claim order) are due; the others
+    become due a day from now and later, one a second (the poll's table).
+    """
+    template = publish(CountStarted(TEMPLATE_KEY))
+    saga_id = SagaInboxEntry.objects.get(message_id=template.message_id).saga_id
+    due_at = None
+    if not_due_after is not None:
+        due_at = (
+            f"CASE WHEN k.n <= {int(not_due_after)} THEN t.due_at "
+            "ELSE t.due_at + interval '1 day' + k.n * interval '1 second' END"
+        )
+    clone_saga(saga_id, n, prefix="w-", timer_due_at=due_at)
+    SagaInstance.objects.filter(pk=saga_id).delete()
+
+
+def clone_saga(saga_id: uuid.UUID, n: int, *, prefix: str, timer_due_at: str | None) -> None:
+    """Copy the rows of saga ``saga_id`` ``n`` times, keyed ``<prefix>0000001`` and on.
+
+    Per copy: the instance id is derived from the new key (so the copied inbox and timer
+    rows can point at it without a join), message ids are new, and every text or JSON
+    column has the template's key replaced by the new one. Auto-incremented ids are left to
+    their sequence. The timer copies keep the template's ``due_at`` (so they are claimed in
+    id order, oldest first) unless ``timer_due_at`` (an SQL expression over ``t`` and
+    ``k.n``) says otherwise.
+    """
+    new_id = "md5(k.key)::uuid"
+    for model, fk, overrides in (
+        (SagaInstance, "id", {"id": new_id}),
+        (SagaInboxEntry, "saga_id", {"saga_id": new_id, "message_id": "gen_random_uuid()"}),
+        (
+            SagaTimeout,
+            "saga_id",
+            {
+                "saga_id": new_id,
+                "message_id": "gen_random_uuid()",
+                **({"due_at": timer_due_at} if timer_due_at else {}),
+            },
+        ),
+    ):
+        columns, expressions = _copy_expressions(model, overrides)
+        table = connection.ops.quote_name(model._meta.db_table)
+        with connection.cursor() as cursor:
+            cursor.execute(
+                f"INSERT INTO {table} ({', '.join(columns)}) "
+                f"SELECT {', '.join(expressions)} FROM {table} AS t CROSS JOIN ("
+                "  SELECT n, %(prefix)s || lpad(n::text, 7, '0') AS key"
+                "  FROM generate_series(1, %(n)s) AS n"
+                f") AS k WHERE t.{connection.ops.quote_name(fk)} = %(saga_id)s "
+                "ORDER BY k.n",
+                {"prefix": prefix, "n": n, "saga_id": saga_id, "template": TEMPLATE_KEY},
+            )
+
+
+def _copy_expressions(
+    model: type[models.Model], overrides: dict[str, str]
+) -> tuple[list[str], list[str]]:
+    quote = connection.ops.quote_name
+    columns, expressions = [], []
+    for field in model._meta.concrete_fields:
+        if isinstance(field, models.AutoField):
+            continue  # BigAutoField too: the sequence numbers the copies
+        column = field.column
+        if column in overrides:
+            expression = overrides[column]
+        elif isinstance(field, models.CharField | models.TextField):
+            expression = f"replace(t.{quote(column)}, %(template)s, k.key)"
+        elif isinstance(field, models.JSONField):
+            expression = f"replace(t.{quote(column)}::text, %(template)s, k.key)::jsonb"
+        else:
+            expression = f"t.{quote(column)}"
+        columns.append(quote(column))
+        expressions.append(expression)
+    return columns, expressions
+
+
+def check_due_reminders(n: int, *, due: int | None = None) -> None:
+    """Raise ``WorkloadError`` unless W is in place: ``n`` sagas, ``due`` (default all) of
+    their timers claimable now."""
+    sagas = SagaInstance.objects.filter(saga_type=CountingFlow.saga_type).count()
+    pending = SagaTimeout.objects.pending().count()
+    claimable = TIMERS.claimable(clock.now()).count()
+    expected = (n, n, n if due is None else due)
+    if (sagas, pending, claimable) != expected:
+        raise WorkloadError(
+            f"workload W: expected (sagas, pending timers, claimable) = {expected}, "
+            f"found {(sagas, pending, claimable)}"
+        )
+
+
+def check_reminders_fired(n: int) -> None:
+    """Raise ``WorkloadError`` unless each of the ``n`` sagas of W was woken exactly once.
+
+    Run after every drain, the library's and the hand-written one alike: both must leave
+    the same rows (count 1, step 2, version 2, the timer fired, its message id in the
+    saga's inbox), so that a fast run cannot be a run that skipped work.
+    """
+    sagas = SagaInstance.objects.filter(saga_type=CountingFlow.saga_type)
+    timers = SagaTimeout.objects.filter(saga__saga_type=CountingFlow.saga_type)
+    recorded = SagaInboxEntry.objects.filter(
+        saga_id=OuterRef("saga_id"), message_id=OuterRef("message_id")
+    )
+    found = {
+        "sagas": sagas.count(),
+        "sagas counted once": sagas.filter(step_index=2, version=2, state__count=1).count(),
+        "timers fired": timers.filter(outcome=TimeoutOutcome.FIRED, dispatched_at__isnull=False)
+        .filter(Exists(recorded))
+        .count(),
+        "inbox rows": SagaInboxEntry.objects.filter(saga__in=sagas).count(),
+    }
+    expected = {"sagas": n, "sagas counted once": n, "timers fired": n, "inbox rows": 2 * n}
+    if found != expected:
+        raise WorkloadError(f"after the drain: expected {expected}, found {found}")
+
+
+# -- the step benchmark -----------------------------------------------------------------------
+
+
+def start_event(key: str) -> BenchReminderRequested:
+    return BenchReminderRequested(key, note=STEP_NOTE)
+
+
+def check_started(n: int) -> None:
+    """Raise ``WorkloadError`` unless ``n`` step-benchmark sagas each wrote their three rows."""
+    sagas = SagaInstance.objects.filter(saga_type=BenchReminderFlow.saga_type)
+    found = (
+        sagas.filter(step_index=1, state__note=STEP_NOTE).count(),
+        SagaInboxEntry.objects.filter(saga__in=sagas).count(),
+        SagaTimeout.objects.pending().filter(saga__in=sagas, due_at__gt=clock.now()).count(),
+    )
+    if found != (n, n, n):
+        raise WorkloadError(
+            f"step run: expected {n} instances, inbox rows and pending timers, found {found}"
+        )
+
+
+def rows_of(saga_id: uuid.UUID) -> dict[str, list[dict[str, Any]]]:
+    """The rows of one saga, per table, without what must differ between two sagas that did
+    the same: ids, message ids and the key (shown as ``<key>``); times are relative to the
+    saga's creation."""
+    instance = SagaInstance.objects.filter(pk=saga_id).values().get()
+    key, created = instance["correlation_key"], instance["created_at"]
+
+    def strip(value: Any) -> Any:
+        if isinstance(value, dict):
+            return {k: strip(v) for k, v in value.items() if k not in _IDS}
+        if isinstance(value, str):
+            return value.replace(key, "<key>")
+        if isinstance(value, datetime):
+            return value - created
+        return value
+
+    return {
+        "instance": [strip(instance)],
+        "inbox": [strip(r) for r in SagaInboxEntry.objects.filter(saga_id=saga_id).values()],
+        "timer": [strip(r) for r in SagaTimeout.objects.filter(saga_id=saga_id).values()],
+    }
+
+
+_IDS = {"id", "saga_id", "message_id"}
+
+
+def differences(
+    ours: dict[str, list[dict[str, Any]]], engine: dict[str, list[dict[str, Any]]]
+) -> list[str]:
+    """What differs between two ``rows_of`` results, one line per column."""
+    found = []
+    for table, rows in engine.items():
+        if len(ours[table]) != len(rows):
+            found.append(f"{table}: {len(ours[table])} rows, the engine wrote {len(rows)}")
+            continue
+        for mine, theirs in zip(ours[table], rows, strict=True):
+            for column in sorted(mine.keys() | theirs.keys()):
+                if mine.get(column) != theirs.get(column):
+                    found.append(
+                        f"{table}.{column}: {mine.get(column)!r}, "
+                        f"the engine wrote {theirs.get(column)!r}"
+                    )
+    return found
