@@ -5,7 +5,7 @@ plain Django ORM, and nothing else. What they leave out is what the ratios price
 routing of events to flows, no step guard, no inbox check before the write (the unique
 constraint would refuse a duplicate), no catch-up policy, no claim lease (a crash simply
 releases the row locks), no attempt counting, back-off or dead-lettering, no signal
-receivers, correlation ids or telemetry. A production loop would need most of these; the
+receivers or telemetry; the one correlation id it writes is a fresh one, as the engine's. A production loop would need most of these; the
 baselines are the fastest honest version of the work, not a straw man.
 """
 
@@ -55,6 +55,7 @@ def start_by_hand(key: str, note: str) -> None:
             due_at=now + BENCH_REMINDER_DELAY,
             event_type=_REMINDER_EVENT_TYPE,
             payload={"request_id": key},
+            correlation_id=uuid.uuid4().hex,
             scheduled_step_index=1,
             scheduled_at=now,
         )

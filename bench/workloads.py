@@ -182,14 +182,18 @@ def check_started(n: int) -> None:
 
 def rows_of(saga_id: uuid.UUID) -> dict[str, list[dict[str, Any]]]:
     """The rows of one saga, per table, without what must differ between two sagas that did
-    the same: ids, message ids and the key (shown as ``<key>``); times are relative to the
-    saga's creation."""
+    the same: ids, message ids, the key (shown as ``<key>``) and a fresh correlation id
+    (shown as ``<fresh>``); times are relative to the saga's creation."""
     instance = SagaInstance.objects.filter(pk=saga_id).values().get()
     key, created = instance["correlation_key"], instance["created_at"]
 
     def strip(value: Any) -> Any:
         if isinstance(value, dict):
-            return {k: strip(v) for k, v in value.items() if k not in _IDS}
+            return {
+                k: ("<fresh>" if k == "correlation_id" and v else strip(v))
+                for k, v in value.items()
+                if k not in _IDS
+            }
         if isinstance(value, str):
             return value.replace(key, "<key>")
         if isinstance(value, datetime):

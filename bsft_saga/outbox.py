@@ -17,6 +17,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import astuple, dataclass
 from datetime import datetime
 from functools import partial
+from types import MappingProxyType
 from typing import Any
 
 from django.db import transaction
@@ -61,6 +62,7 @@ class OutboxChannel(Channel[SagaOutboxMessage]):
     noun = "outbox message"
     dead_lettered_counter = "outbox.dead_lettered"
     related = ("saga",)
+    open_where = MappingProxyType({"delivered_at": None, "dead_lettered_at": None})
 
     def __init__(self, known: Mapping[uuid.UUID, Envelope] | None = None) -> None:
         self.known = known or {}

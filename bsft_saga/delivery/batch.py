@@ -14,7 +14,7 @@ from typing import Any
 
 from django.db import DatabaseError, connection, transaction
 
-from bsft_saga import clock, telemetry
+from bsft_saga import clock, sql, telemetry
 from bsft_saga.conf import TimeoutSettings
 from bsft_saga.delivery.backoff import retry_delay
 from bsft_saga.delivery.channel import Channel, R
@@ -112,7 +112,7 @@ def _deliver_one(channel: Channel[R], row: R, token: uuid.UUID, config: TimeoutS
         envelope = channel.envelope(row, token)
         with transaction.atomic():
             retire = {**channel.delivered(clock.now()), **_NO_LEASE, "next_attempt_at": None}
-            stamped = channel.held(token).filter(pk=row.pk).update(**retire)
+            stamped = sql.update(channel.model, retire, channel.where_held(row, token))
             if not stamped:
                 return Outcome.UNCLAIMED
             with channel.publishing(row):

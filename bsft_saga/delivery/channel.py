@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from datetime import datetime
 from typing import Any, ClassVar, Generic, TypeVar
@@ -33,6 +33,9 @@ class Channel(ABC, Generic[R]):
     dead_lettered_counter: ClassVar[str]
     #: Related rows loaded with each claimed row (``select_related``).
     related: ClassVar[tuple[str, ...]] = ()
+    #: The columns that are null while a row is open (``open_rows()`` as equality, for the
+    #: hot path's statements in :mod:`bsft_saga.sql`).
+    open_where: ClassVar[Mapping[str, None]]
 
     @abstractmethod
     def all_rows(self) -> DeliveryQuerySet[R]:
@@ -82,6 +85,10 @@ class Channel(ABC, Generic[R]):
     def held(self, token: Any) -> DeliveryQuerySet[R]:
         """Open rows that still carry the claim ``token``."""
         return self.open_rows().filter(claim_token=token)
+
+    def where_held(self, row: R, token: Any) -> dict[str, Any]:
+        """``row``, while it is open and ``token`` holds it: a condition for ``sql.update``."""
+        return {self.model._meta.pk.name: row.pk, "claim_token": token, **self.open_where}
 
     def requeued(self) -> dict[str, Any]:
         """The table's own column values that make a dead-lettered row open again."""

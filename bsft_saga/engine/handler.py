@@ -19,11 +19,10 @@ from functools import partial
 from typing import Any
 
 from asgiref.sync import async_to_sync
-from django.db.models import Exists, OuterRef, Q
 
 from bsft_saga import clock, telemetry
 from bsft_saga.conf import saga_settings
-from bsft_saga.engine import window
+from bsft_saga.engine import lookup, window
 from bsft_saga.engine.context import SagaContext
 from bsft_saga.engine.deadlines import DeadlineExpired
 from bsft_saga.events import codec
@@ -148,19 +147,7 @@ def _plan_step(
     """
     is_current = flow_registry.is_current(flow)
     is_start = 0 in step_indices and is_current
-    candidates = SagaInstance.objects.for_key(flow.saga_type, key).annotate(
-        handled=Exists(
-            SagaInboxEntry.objects.filter(saga=OuterRef("pk"), message_id=envelope.message_id)
-        )
-    )
-    if is_start:
-        handled_by = SagaInboxEntry.objects.filter(message_id=envelope.message_id)
-        candidates = candidates.filter(
-            Q(is_complete=False) | Q(pk__in=handled_by.values("saga_id"))
-        ).order_by("is_complete")
-    else:
-        candidates = candidates.filter(is_complete=False)
-    instance = next(iter(candidates[:1]), None)
+    instance = lookup.instance_for(flow.saga_type, key, envelope.message_id, or_finished=is_start)
     if instance is None:
         if not is_start:
             return _Ignored("no_instance", key) if is_current else None
@@ -179,7 +166,7 @@ def _plan_step(
         return _Ignored("duplicate", key, instance.step_index)  # a redelivered start event
     if flow_registry.definition_for(flow.saga_type, instance.flow_version) is not flow:
         return None
-    if getattr(instance, "handled", False):
+    if getattr(instance, "handled", False):  # the query's EXISTS column
         return _Ignored("duplicate", key, instance.step_index)
     if instance.step_index not in step_indices:
         return _Ignored("not_awaited", key, instance.step_index)

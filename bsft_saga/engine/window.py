@@ -22,7 +22,7 @@ from typing import Any
 
 from django.db import IntegrityError, transaction
 
-from bsft_saga import outbox, telemetry
+from bsft_saga import outbox, sql, telemetry
 from bsft_saga.engine.context import StepEffects
 from bsft_saga.events.envelope import Envelope
 from bsft_saga.models import SagaInboxEntry, SagaInstance, SagaOutboxMessage, SagaTimeout
@@ -88,16 +88,21 @@ def _lost_a_race(t: Transition) -> bool:
 
 
 def _create(t: Transition) -> _Written:
-    SagaInstance.objects.create(
-        id=t.saga_id,
-        saga_type=t.saga_type,
-        correlation_key=t.correlation_key,
-        state_type=t.state_type,
-        created_at=t.now,
-        deadline=t.deadline,
-        version=1,
-        flow_version=t.flow_version,
-        **_progress(t),
+    sql.insert(
+        SagaInstance,
+        [
+            {
+                "id": t.saga_id,
+                "saga_type": t.saga_type,
+                "correlation_key": t.correlation_key,
+                "state_type": t.state_type,
+                "created_at": t.now,
+                "deadline": t.deadline,
+                "version": 1,
+                "flow_version": t.flow_version,
+                **_progress(t),
+            }
+        ],
     )
     _write_inbox_entry(t)
     scheduled = 0
@@ -114,9 +119,11 @@ def _create(t: Transition) -> _Written:
 
 
 def _advance(t: Transition) -> _Written:
-    updated = SagaInstance.objects.filter(
-        pk=t.saga_id, version=t.expected_version, is_complete=False
-    ).update(version=t.expected_version + 1, **_progress(t))
+    updated = sql.update(
+        SagaInstance,
+        {"version": t.expected_version + 1, **_progress(t)},
+        {"id": t.saga_id, "version": t.expected_version, "is_complete": False},
+    )
     if not updated:
         raise VersionConflict
     _write_inbox_entry(t)
@@ -141,11 +148,16 @@ def _progress(t: Transition) -> dict[str, Any]:
 
 
 def _write_inbox_entry(t: Transition) -> None:
-    SagaInboxEntry.objects.create(
-        saga_id=t.saga_id,
-        message_id=t.envelope.message_id,
-        event_type=t.envelope.event_type,
-        handled_at=t.now,
+    sql.insert(
+        SagaInboxEntry,
+        [
+            {
+                "saga": t.saga_id,
+                "message_id": t.envelope.message_id,
+                "event_type": t.envelope.event_type,
+                "handled_at": t.now,
+            }
+        ],
     )
 
 

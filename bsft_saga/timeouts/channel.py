@@ -6,6 +6,7 @@ import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import datetime
+from types import MappingProxyType
 from typing import Any
 
 from bsft_saga import clock, telemetry
@@ -25,6 +26,7 @@ class TimerChannel(Channel[SagaTimeout]):
     delivered_counter = "timeout.fired"
     dead_lettered_counter = "timeout.dead_lettered"
     related = ("saga",)
+    open_where = MappingProxyType({"dispatched_at": None})
 
     def all_rows(self) -> SagaTimeoutQuerySet:
         return SagaTimeout.objects.all()

@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
+from bsft_saga import sql
 from bsft_saga.models import SagaTimeout, TimeoutOutcome, TimeoutScope
 from bsft_saga.querysets import SagaTimeoutQuerySet
 from bsft_saga.timeouts.requests import (
@@ -70,15 +71,16 @@ def schedule_new(
             pending.pop(operation.name, None)
         elif isinstance(operation, CancelAllTimers):
             pending = {n: r for n, r in pending.items() if n.startswith(RESERVED_PREFIX)}
-    SagaTimeout.objects.bulk_create(
+    sql.insert(
+        SagaTimeout,
         [
-            SagaTimeout(
-                saga_id=saga_id,
-                name=name,
+            {
+                "saga": saga_id,
+                "name": name,
                 **_values(request, step_index=step_index, correlation_id=correlation_id, now=now),
-            )
+            }
             for name, request in pending.items()
-        ]
+        ],
     )
     return len(pending)
 
@@ -93,13 +95,15 @@ def schedule(
 ) -> None:
     """Write ``request``, replacing a pending timer of the same name in place."""
     values = _values(request, step_index=step_index, correlation_id=correlation_id, now=now)
-    pending = SagaTimeout.objects.pending().filter(saga_id=saga_id, name=request.name)
-    if not pending.update(**values):
-        SagaTimeout.objects.create(saga_id=saga_id, name=request.name, **values)
+    pending = {"saga": saga_id, "name": request.name, "dispatched_at": None}
+    if not sql.update(SagaTimeout, values, pending):
+        sql.insert(SagaTimeout, [{"saga": saga_id, "name": request.name, **values}])
 
 
 def cancel(saga_id: uuid.UUID, name: str, *, now: datetime) -> int:
-    return _cancel(SagaTimeout.objects.pending().filter(saga_id=saga_id, name=name), now)
+    return sql.update(
+        SagaTimeout, _canceled(now), {"saga": saga_id, "name": name, "dispatched_at": None}
+    )
 
 
 def cancel_all(saga_id: uuid.UUID, *, now: datetime, keep_internal: bool = False) -> int:
@@ -112,16 +116,22 @@ def cancel_all(saga_id: uuid.UUID, *, now: datetime, keep_internal: bool = False
 
 def cancel_step_scoped(saga_id: uuid.UUID, *, now: datetime) -> int:
     """Cancel the timers of the wait that just ended."""
-    return _cancel(
-        SagaTimeout.objects.pending().filter(saga_id=saga_id, scope=TimeoutScope.STEP), now
+    return sql.update(
+        SagaTimeout,
+        _canceled(now),
+        {"saga": saga_id, "scope": TimeoutScope.STEP, "dispatched_at": None},
     )
 
 
 def _cancel(queryset: SagaTimeoutQuerySet, now: datetime) -> int:
-    return queryset.update(
-        dispatched_at=now,
-        outcome=TimeoutOutcome.CANCELED,
-        next_attempt_at=None,
-        claim_token=None,
-        claimed_until=None,
-    )
+    return queryset.update(**_canceled(now))
+
+
+def _canceled(now: datetime) -> dict[str, Any]:
+    return {
+        "dispatched_at": now,
+        "outcome": TimeoutOutcome.CANCELED,
+        "next_attempt_at": None,
+        "claim_token": None,
+        "claimed_until": None,
+    }
