@@ -22,7 +22,7 @@ from typing import Any
 from django.db import connection, models
 from django.db.models.fields import Field
 
-__all__ = ["insert", "update"]
+__all__ = ["insert", "select_one", "update"]
 
 
 def insert(model: type[models.Model], rows: Sequence[Mapping[str, Any]]) -> None:
@@ -62,6 +62,45 @@ def update(model: type[models.Model], values: Mapping[str, Any], where: Mapping[
     with connection.cursor() as cursor:
         cursor.execute(sql, params)
         return int(cursor.rowcount)
+
+
+def select_one(
+    sql: str, params: Sequence[Any], columns: Sequence[tuple[type[models.Model], str] | None]
+) -> tuple[Any, ...] | None:
+    """Run a query for at most one row; return it with its columns converted as the ORM
+    would convert them (``columns`` names, in order, the model field each selected column
+    holds; ``None`` for a column that is returned as the driver gives it)."""
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        row = cursor.fetchone()
+    if row is None:
+        return None
+    converters = _converters(tuple(columns), connection.vendor)
+    return tuple(_convert(value, pairs) for value, pairs in zip(row, converters, strict=True))
+
+
+def _convert(value: Any, converters: tuple[tuple[Any, Any], ...]) -> Any:
+    for converter, expression in converters:
+        value = converter(value, expression, connection)
+    return value
+
+
+@cache
+def _converters(
+    columns: tuple[tuple[type[models.Model], str] | None, ...], vendor: str
+) -> tuple[tuple[tuple[Any, Any], ...], ...]:
+    """Per column, the (converter, expression) pairs a compiled query would apply."""
+    result: list[tuple[tuple[Any, Any], ...]] = []
+    for column in columns:
+        if column is None:
+            result.append(())
+            continue
+        model, name = column
+        field = _field(model, name)
+        col = field.get_col(model._meta.db_table)
+        found = connection.ops.get_db_converters(col) + field.get_db_converters(connection)
+        result.append(tuple((converter, col) for converter in found))
+    return tuple(result)
 
 
 def _field(model: type[models.Model], name: str) -> Field[Any, Any]:

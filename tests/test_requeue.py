@@ -56,6 +56,17 @@ def test_a_requeue_resets_attempts_and_the_next_attempt() -> None:
     assert (requeued.attempts, requeued.next_attempt_at, requeued.outcome) == (0, None, None)
 
 
+def test_a_requeue_moves_the_sagas_version_on() -> None:
+    # A step that read the saga before the requeue must lose its version check and re-read:
+    # it decides from that read whether ending its wait has timers to cancel.
+    saga = make_saga("version")
+    row = make_timeout(saga, outcome=DEAD)
+
+    assert requeue_dead_lettered([row.pk]).requeued == 1
+
+    assert SagaInstance.objects.get(pk=saga.pk).version == saga.version + 1
+
+
 def test_a_step_scoped_timer_whose_wait_has_ended_is_refused() -> None:
     saga = make_saga("moved-on")
     stale = make_timeout(saga, "remind", outcome=DEAD)  # scheduled for the wait at step 1

@@ -116,7 +116,7 @@ def _deliver_one(channel: Channel[R], row: R, token: uuid.UUID, config: TimeoutS
             if not stamped:
                 return Outcome.UNCLAIMED
             with channel.publishing(row):
-                send_envelope(envelope)
+                send_envelope(envelope, isolated=True)
     except (Exception, asyncio.CancelledError) as exc:
         # A cancellation raised by a woken step is that row's failure, not a shutdown.
         _raise_if_transaction_broken(exc)

@@ -94,6 +94,9 @@ class Channel(ABC, Generic[R]):
         """The table's own column values that make a dead-lettered row open again."""
         return {}
 
+    def after_requeue(self, row: R) -> None:
+        """Runs in the savepoint that made ``row`` open again (to touch what it belongs to)."""
+
     def requeue_refusal(self, row: R) -> str | None:
         """Why a dead-lettered ``row`` must not be requeued, or ``None`` to requeue it."""
         return None

@@ -71,9 +71,9 @@ def _requeue_one(channel: Channel[R], row: R) -> str | None:
     }
     try:
         with transaction.atomic():
-            changed = channel.model._default_manager.filter(
-                pk=row.pk, dead_lettered_at__isnull=False
-            ).update(**values)
+            changed = channel.all_rows().dead_lettered().filter(pk=row.pk).update(**values)
+            if changed:
+                channel.after_requeue(row)
     except IntegrityError:
         # A row it would collide with (a pending timer of the same name) appeared meanwhile.
         logger.info("bsft_saga: requeue of %s lost a race", channel.describe(row))

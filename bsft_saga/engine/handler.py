@@ -67,10 +67,11 @@ class _Plan:
     deadline: datetime | None
     bodies: tuple[StepBody, ...]
     advance: bool  # an awaited event moves the saga on; its deadline does not
+    step_timers_pending: bool = True  # False: ending the wait has no timer to cancel
 
     @classmethod
     def for_instance(
-        cls, instance: SagaInstance, bodies: tuple[StepBody, ...], *, advance: bool
+        cls, instance: SagaInstance | lookup.Found, bodies: tuple[StepBody, ...], *, advance: bool
     ) -> _Plan:
         return cls(
             saga_id=instance.pk,
@@ -82,6 +83,9 @@ class _Plan:
             deadline=instance.deadline,
             bodies=bodies,
             advance=advance,
+            step_timers_pending=(
+                instance.step_timers_pending if isinstance(instance, lookup.Found) else True
+            ),
         )
 
 
@@ -166,7 +170,7 @@ def _plan_step(
         return _Ignored("duplicate", key, instance.step_index)  # a redelivered start event
     if flow_registry.definition_for(flow.saga_type, instance.flow_version) is not flow:
         return None
-    if getattr(instance, "handled", False):  # the query's EXISTS column
+    if instance.handled:
         return _Ignored("duplicate", key, instance.step_index)
     if instance.step_index not in step_indices:
         return _Ignored("not_awaited", key, instance.step_index)
@@ -227,7 +231,7 @@ def _run_and_commit(flow: FlowDefinition, plan: _Plan, envelope: Envelope) -> No
             expected_version=plan.version,
             step_index=step_index,
             completes=completes,
-            ends_wait=plan.advance and not plan.is_new,
+            ends_wait=plan.advance and not plan.is_new and plan.step_timers_pending,
             deadline=plan.deadline,
             envelope=envelope,
             effects=ctx.effects,

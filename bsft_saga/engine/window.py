@@ -24,6 +24,7 @@ from django.db import IntegrityError, transaction
 
 from bsft_saga import outbox, sql, telemetry
 from bsft_saga.engine.context import StepEffects
+from bsft_saga.events import sending
 from bsft_saga.events.envelope import Envelope
 from bsft_saga.models import SagaInboxEntry, SagaInstance, SagaOutboxMessage, SagaTimeout
 from bsft_saga.timeouts import store as timer_store
@@ -48,7 +49,7 @@ class Transition:
     expected_version: int  # ignored when is_new
     step_index: int
     completes: bool
-    ends_wait: bool  # the next awaited event was handled: step-scoped timers end
+    ends_wait: bool  # the awaited event was handled and step-scoped timers are pending: end them
     deadline: datetime | None
     envelope: Envelope
     effects: StepEffects
@@ -64,13 +65,19 @@ class _Written:
 def commit(transition: Transition) -> None:
     """Write ``transition`` atomically, or raise ``VersionConflict`` having written nothing."""
     t = transition
-    try:
-        with transaction.atomic():
-            written = _create(t) if t.is_new else _advance(t)
-    except IntegrityError:
-        if _lost_a_race(t):
-            raise VersionConflict from None
-        raise
+    if not t.is_new and sending.sent_in_isolation(t.envelope):
+        # A timer's or an outbox row's delivery runs each send in a savepoint it rolls back
+        # on any failure; the version-checked UPDATE is the first write, so a lost race
+        # leaves nothing to undo. No savepoint of the window's own, then.
+        written = _advance(t)
+    else:
+        try:
+            with transaction.atomic():
+                written = _create(t) if t.is_new else _advance(t)
+        except IntegrityError:
+            if _lost_a_race(t):
+                raise VersionConflict from None
+            raise
     transaction.on_commit(lambda: _report(t, written))
 
 
