@@ -22,7 +22,7 @@ from typing import Any
 
 from django.db import transaction
 
-from bsft_saga import clock
+from bsft_saga import clock, sql
 from bsft_saga.conf import saga_settings
 from bsft_saga.delivery import batch, recovery, requeue
 from bsft_saga.delivery.batch import Outcome
@@ -96,20 +96,20 @@ class OutboxChannel(Channel[SagaOutboxMessage]):
 OUTBOX = OutboxChannel()
 
 
-def new_row(
+def row_values(
     envelope: Envelope, payload: dict[str, Any], *, saga_id: uuid.UUID | None = None
-) -> SagaOutboxMessage:
-    """An unsaved outbox row for ``envelope``, whose event ``payload`` encodes."""
-    return SagaOutboxMessage(
-        id=envelope.message_id,
-        saga_id=saga_id,
-        event_type=envelope.event_type,
-        payload=payload,
-        correlation_id=envelope.correlation_id or "",
-        causation_id=envelope.causation_id,
-        deadline=envelope.deadline,
-        created_at=envelope.published_at,
-    )
+) -> dict[str, Any]:
+    """The outbox row for ``envelope``, whose event ``payload`` encodes (for ``sql.insert``)."""
+    return {
+        "id": envelope.message_id,
+        "saga": saga_id,
+        "event_type": envelope.event_type,
+        "payload": payload,
+        "correlation_id": envelope.correlation_id or "",
+        "causation_id": envelope.causation_id,
+        "deadline": envelope.deadline,
+        "created_at": envelope.published_at,
+    }
 
 
 def deliver_after_commit(envelopes: list[Envelope]) -> None:
@@ -125,7 +125,7 @@ def deliver_after_commit(envelopes: list[Envelope]) -> None:
 
 def stage_deferred(envelope: Envelope, payload: dict[str, Any]) -> None:
     """Write ``envelope`` to the outbox and hand it to a worker after commit."""
-    new_row(envelope, payload).save(force_insert=True)
+    sql.insert(SagaOutboxMessage, [row_values(envelope, payload)])
     transaction.on_commit(
         partial(deferred_event_committed.send, sender=None, message_id=envelope.message_id),
         robust=True,

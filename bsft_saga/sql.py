@@ -19,10 +19,10 @@ from collections.abc import Mapping, Sequence
 from functools import cache
 from typing import Any
 
-from django.db import connection, models
+from django.db import connection, models, transaction
 from django.db.models.fields import Field
 
-__all__ = ["insert", "select_one", "update"]
+__all__ = ["insert", "insert_together", "select_one", "update"]
 
 
 def insert(model: type[models.Model], rows: Sequence[Mapping[str, Any]]) -> None:
@@ -33,6 +33,14 @@ def insert(model: type[models.Model], rows: Sequence[Mapping[str, Any]]) -> None
     """
     if not rows:
         return
+    sql, params = _insert_statement(model, rows)
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+
+
+def _insert_statement(
+    model: type[models.Model], rows: Sequence[Mapping[str, Any]]
+) -> tuple[str, list[Any]]:
     names = tuple(rows[0])
     fields = _insert_fields(model, names)
     params: list[Any] = []
@@ -40,8 +48,35 @@ def insert(model: type[models.Model], rows: Sequence[Mapping[str, Any]]) -> None
         for field in fields:
             value = row[field.name] if field.name in row else field.get_default()
             params.append(field.get_db_prep_save(value, connection))
+    return _insert_sql(model, names, len(rows), connection.vendor), params
+
+
+def insert_together(
+    tables: Sequence[tuple[type[models.Model], Sequence[Mapping[str, Any]]]],
+) -> None:
+    """INSERT rows into several tables, all or none.
+
+    On PostgreSQL this is one statement (each table's INSERT but the last in a ``WITH``
+    clause: one round trip, atomic on its own, no transaction needed around it); elsewhere
+    one INSERT per table in a transaction (the caller's, if it runs in one). Foreign keys
+    between the rows are fine: Django declares them deferrable, checked at the end of the
+    transaction.
+    """
+    tables = [(model, rows) for model, rows in tables if rows]
+    if connection.vendor != "postgresql" or len(tables) < 2:
+        with transaction.atomic(savepoint=False):  # inside a caller's: part of it
+            for model, rows in tables:
+                insert(model, rows)
+        return
+    statements, params = [], []
+    for model, rows in tables:
+        statement, values = _insert_statement(model, rows)
+        statements.append(statement)
+        params += values
+    *first, last = statements
+    clauses = ", ".join(f"{_quoted(f'w{n}')} AS ({sql})" for n, sql in enumerate(first))
     with connection.cursor() as cursor:
-        cursor.execute(_insert_sql(model, names, len(rows), connection.vendor), params)
+        cursor.execute(f"WITH {clauses} {last}", params)
 
 
 def update(model: type[models.Model], values: Mapping[str, Any], where: Mapping[str, Any]) -> int:

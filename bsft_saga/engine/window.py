@@ -72,8 +72,11 @@ def commit(transition: Transition) -> None:
         written = _advance(t)
     else:
         try:
-            with transaction.atomic():
-                written = _create(t) if t.is_new else _advance(t)
+            if t.is_new and not transaction.get_connection().in_atomic_block:
+                written = _create(t)  # all or nothing on its own (sql.insert_together)
+            else:
+                with transaction.atomic():
+                    written = _create(t) if t.is_new else _advance(t)
         except IntegrityError:
             if _lost_a_race(t):
                 raise VersionConflict from None
@@ -95,34 +98,37 @@ def _lost_a_race(t: Transition) -> bool:
 
 
 def _create(t: Transition) -> _Written:
-    sql.insert(
-        SagaInstance,
-        [
-            {
-                "id": t.saga_id,
-                "saga_type": t.saga_type,
-                "correlation_key": t.correlation_key,
-                "state_type": t.state_type,
-                "created_at": t.now,
-                "deadline": t.deadline,
-                "version": 1,
-                "flow_version": t.flow_version,
-                **_progress(t),
-            }
-        ],
-    )
-    _write_inbox_entry(t)
-    scheduled = 0
+    """A new instance, its inbox row, timers and outbox rows: one statement on PostgreSQL."""
+    instance = {
+        "id": t.saga_id,
+        "saga_type": t.saga_type,
+        "correlation_key": t.correlation_key,
+        "state_type": t.state_type,
+        "created_at": t.now,
+        "deadline": t.deadline,
+        "version": 1,
+        "flow_version": t.flow_version,
+        **_progress(t),
+    }
+    timers = []
     if not t.completes:  # a completed saga writes none of its last step's timers
-        scheduled = timer_store.schedule_new(
+        timers = timer_store.rows_for_new(
             t.saga_id,
             t.effects.timer_operations,
             step_index=t.step_index,
             correlation_id=t.envelope.correlation_id,
             now=t.now,
         )
-    _write_outbox(t)
-    return _Written(scheduled=scheduled)
+    sql.insert_together(
+        [
+            (SagaInstance, [instance]),
+            (SagaInboxEntry, [_inbox_row(t)]),
+            (SagaTimeout, timers),
+            (SagaOutboxMessage, _outbox_rows(t)),
+        ]
+    )
+    outbox.deliver_after_commit([staged.envelope for staged in t.effects.outbox])
+    return _Written(scheduled=len(timers))
 
 
 def _advance(t: Transition) -> _Written:
@@ -133,7 +139,7 @@ def _advance(t: Transition) -> _Written:
     )
     if not updated:
         raise VersionConflict
-    _write_inbox_entry(t)
+    sql.insert(SagaInboxEntry, [_inbox_row(t)])
     if t.completes:
         # A completed saga keeps no pending timer, and writes none of its last step's.
         written = _Written(canceled=timer_store.cancel_all(t.saga_id, now=t.now))
@@ -154,27 +160,22 @@ def _progress(t: Transition) -> dict[str, Any]:
     }
 
 
-def _write_inbox_entry(t: Transition) -> None:
-    sql.insert(
-        SagaInboxEntry,
-        [
-            {
-                "saga": t.saga_id,
-                "message_id": t.envelope.message_id,
-                "event_type": t.envelope.event_type,
-                "handled_at": t.now,
-            }
-        ],
-    )
+def _inbox_row(t: Transition) -> dict[str, Any]:
+    return {
+        "saga": t.saga_id,
+        "message_id": t.envelope.message_id,
+        "event_type": t.envelope.event_type,
+        "handled_at": t.now,
+    }
+
+
+def _outbox_rows(t: Transition) -> list[dict[str, Any]]:
+    return [outbox.row_values(s.envelope, s.payload, saga_id=t.saga_id) for s in t.effects.outbox]
 
 
 def _write_outbox(t: Transition) -> None:
-    staged = t.effects.outbox
-    if staged:
-        SagaOutboxMessage.objects.bulk_create(
-            [outbox.new_row(s.envelope, s.payload, saga_id=t.saga_id) for s in staged]
-        )
-        outbox.deliver_after_commit([s.envelope for s in staged])
+    sql.insert(SagaOutboxMessage, _outbox_rows(t))
+    outbox.deliver_after_commit([s.envelope for s in t.effects.outbox])
 
 
 def _apply_timer_operations(t: Transition, canceled: int) -> _Written:

@@ -9,12 +9,14 @@ from datetime import datetime
 from types import MappingProxyType
 from typing import Any
 
+from django.db.models import F
+
 from bsft_saga import clock, telemetry
 from bsft_saga.delivery.channel import Channel
 from bsft_saga.events import codec
 from bsft_saga.events.envelope import Envelope, TimerOrigin
 from bsft_saga.events.registry import event_class, event_type_of
-from bsft_saga.models import SagaTimeout, TimeoutOutcome, TimeoutScope
+from bsft_saga.models import SagaInstance, SagaTimeout, TimeoutOutcome, TimeoutScope
 from bsft_saga.querysets import SagaTimeoutQuerySet
 
 
@@ -82,6 +84,12 @@ class TimerChannel(Channel[SagaTimeout]):
 
     def requeued(self) -> dict[str, Any]:
         return {"dispatched_at": None, "outcome": None, "dead_letter_reason": ""}
+
+    def after_requeue(self, row: SagaTimeout) -> None:
+        """A requeued timer is pending again: move its saga's version on, so that a step
+        that read the saga before (and may end the wait without seeing this timer) loses
+        its version check and re-reads."""
+        SagaInstance.objects.filter(pk=row.saga_id).update(version=F("version") + 1)
 
     def requeue_refusal(self, row: SagaTimeout) -> str | None:
         """A timer is not requeued into a saga that could not take it any more."""

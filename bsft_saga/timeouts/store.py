@@ -48,19 +48,18 @@ def _values(
     }
 
 
-def schedule_new(
+def rows_for_new(
     saga_id: uuid.UUID,
     operations: Sequence[TimerOperation],
     *,
     step_index: int,
     correlation_id: str | None,
     now: datetime,
-) -> int:
-    """Write the timers of an instance that is being created; return how many.
+) -> list[dict[str, Any]]:
+    """The timer rows of an instance that is being created, for one INSERT.
 
     Nothing else knows the new saga yet, so its operations are resolved in memory (a later
-    schedule of a name replaces an earlier one, a cancel drops it) and written in one
-    INSERT, with no conflict possible.
+    schedule of a name replaces an earlier one, a cancel drops it); no conflict is possible.
     """
     pending: dict[str, TimerRequest] = {}
     for operation in operations:
@@ -71,18 +70,14 @@ def schedule_new(
             pending.pop(operation.name, None)
         elif isinstance(operation, CancelAllTimers):
             pending = {n: r for n, r in pending.items() if n.startswith(RESERVED_PREFIX)}
-    sql.insert(
-        SagaTimeout,
-        [
-            {
-                "saga": saga_id,
-                "name": name,
-                **_values(request, step_index=step_index, correlation_id=correlation_id, now=now),
-            }
-            for name, request in pending.items()
-        ],
-    )
-    return len(pending)
+    return [
+        {
+            "saga": saga_id,
+            "name": name,
+            **_values(request, step_index=step_index, correlation_id=correlation_id, now=now),
+        }
+        for name, request in pending.items()
+    ]
 
 
 def schedule(
