@@ -22,7 +22,7 @@ from typing import Any
 from django.db import connection, models, transaction
 from django.db.models.fields import Field
 
-__all__ = ["insert", "insert_together", "select_one", "update"]
+__all__ = ["insert", "insert_together", "select_one", "update", "update_then_insert"]
 
 
 def insert(model: type[models.Model], rows: Sequence[Mapping[str, Any]]) -> None:
@@ -43,12 +43,18 @@ def _insert_statement(
 ) -> tuple[str, list[Any]]:
     names = tuple(rows[0])
     fields = _insert_fields(model, names)
-    params: list[Any] = []
-    for row in rows:
-        for field in fields:
-            value = row[field.name] if field.name in row else field.get_default()
-            params.append(field.get_db_prep_save(value, connection))
+    params = [param for row in rows for param in _row_params(fields, row)]
     return _insert_sql(model, names, len(rows), connection.vendor), params
+
+
+def _row_params(fields: Sequence[Field[Any, Any]], row: Mapping[str, Any]) -> list[Any]:
+    """``row``'s values bound as the ORM binds them; a field it leaves out, its default."""
+    return [
+        field.get_db_prep_save(
+            row[field.name] if field.name in row else field.get_default(), connection
+        )
+        for field in fields
+    ]
 
 
 def insert_together(
@@ -85,6 +91,18 @@ def update(model: type[models.Model], values: Mapping[str, Any], where: Mapping[
     ``where`` maps field names to the value each must equal; ``None`` means ``IS NULL``.
     """
     nulls = frozenset(name for name, value in where.items() if value is None)
+    sql = _update_sql(model, tuple(values), tuple(where), nulls, connection.vendor)
+    with connection.cursor() as cursor:
+        cursor.execute(sql, _update_params(model, values, where, nulls))
+        return int(cursor.rowcount)
+
+
+def _update_params(
+    model: type[models.Model],
+    values: Mapping[str, Any],
+    where: Mapping[str, Any],
+    nulls: frozenset[str],
+) -> list[Any]:
     params = [
         _field(model, name).get_db_prep_save(value, connection) for name, value in values.items()
     ]
@@ -93,7 +111,43 @@ def update(model: type[models.Model], values: Mapping[str, Any], where: Mapping[
         for name, value in where.items()
         if name not in nulls
     ]
-    sql = _update_sql(model, tuple(values), tuple(where), nulls, connection.vendor)
+    return params
+
+
+def update_then_insert(
+    model: type[models.Model],
+    values: Mapping[str, Any],
+    where: Mapping[str, Any],
+    then: tuple[type[models.Model], Mapping[str, Any]],
+) -> int:
+    """``update()`` one row, and INSERT the row ``then`` names only if the update matched;
+    return how many rows the update matched (the INSERT's count).
+
+    On PostgreSQL one statement (``WITH "w0" AS (UPDATE … RETURNING 1) INSERT … SELECT``);
+    elsewhere the two statements, the second run only when the first matched.
+    """
+    into, row = then
+    if connection.vendor != "postgresql":
+        matched = update(model, values, where)
+        if matched:
+            insert(into, [row])
+        return matched
+    nulls = frozenset(name for name, value in where.items() if value is None)
+    update_sql = _update_sql(model, tuple(values), tuple(where), nulls, connection.vendor)
+    fields = _insert_fields(into, tuple(row))
+    columns = ", ".join(_quoted(field.column) for field in fields)
+    # Each value typed as its column: INSERT … SELECT resolves untyped parameters as text.
+    selected = ", ".join(f"CAST(%s AS {field.db_type(connection)})" for field in fields)
+    sql = (
+        f'WITH "w0" AS ({update_sql} RETURNING 1) '
+        f'INSERT INTO {_quoted(into._meta.db_table)} ({columns}) SELECT {selected} FROM "w0"'
+    )
+    params = _update_params(model, values, where, nulls) + [
+        field.get_db_prep_save(
+            row[field.name] if field.name in row else field.get_default(), connection
+        )
+        for field in fields
+    ]
     with connection.cursor() as cursor:
         cursor.execute(sql, params)
         return int(cursor.rowcount)

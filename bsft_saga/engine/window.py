@@ -132,14 +132,16 @@ def _create(t: Transition) -> _Written:
 
 
 def _advance(t: Transition) -> _Written:
-    updated = sql.update(
+    # The version-checked update comes first (it also locks the row); the inbox row only
+    # if it matched: one statement on PostgreSQL.
+    updated = sql.update_then_insert(
         SagaInstance,
         {"version": t.expected_version + 1, **_progress(t)},
         {"id": t.saga_id, "version": t.expected_version, "is_complete": False},
+        then=(SagaInboxEntry, _inbox_row(t)),
     )
     if not updated:
         raise VersionConflict
-    sql.insert(SagaInboxEntry, [_inbox_row(t)])
     if t.completes:
         # A completed saga keeps no pending timer, and writes none of its last step's.
         written = _Written(canceled=timer_store.cancel_all(t.saga_id, now=t.now))
