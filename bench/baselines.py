@@ -5,8 +5,9 @@ plain Django ORM, and nothing else. What they leave out is what the ratios price
 routing of events to flows, no step guard, no inbox check before the write (the unique
 constraint would refuse a duplicate), no catch-up policy, no claim lease (a crash simply
 releases the row locks), no attempt counting, back-off or dead-lettering, no signal
-receivers or telemetry; the one correlation id it writes is a fresh one, as the engine's. A production loop would need most of these; the
-baselines are the fastest honest version of the work, not a straw man.
+receivers or telemetry (the one correlation id it writes is a fresh one, as the engine
+writes). A production loop would need most of these; the baselines are the fastest honest
+version of the work written with the ORM, not a straw man.
 """
 
 from __future__ import annotations
