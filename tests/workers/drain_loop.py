@@ -28,6 +28,7 @@ from typing import Any
 POINTS = ("claim", "window", "commit")
 CLAIM_SQL = 'UPDATE "bsft_saga_sagatimeout" SET "claim_token"'
 STAMP_SQL = 'UPDATE "bsft_saga_sagatimeout" SET "dispatched_at"'
+# Contained, not leading: on PostgreSQL the step's update opens a WITH … INSERT statement.
 INSTANCE_UPDATE_SQL = 'UPDATE "bsft_saga_sagainstance" SET'
 
 
@@ -48,7 +49,7 @@ class Pause:
             self.stamped += 1
             self.stamped_since_commit += 1
         if (self.point == "claim" and sql.startswith(CLAIM_SQL)) or (
-            self.point == "window" and sql.startswith(INSTANCE_UPDATE_SQL)
+            self.point == "window" and INSTANCE_UPDATE_SQL in sql
         ):
             self.maybe_pause(context["connection"])
         return execute(sql, params, many, context)

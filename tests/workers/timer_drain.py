@@ -53,6 +53,7 @@ CLAIM_SQL = 'UPDATE "bsft_saga_sagatimeout" SET "claim_token"'
 # The batch's transaction opens with SQLite's BEGIN or, on PostgreSQL (whose BEGIN the
 # driver sends unseen), with the savepoint of its first timer.
 BATCH_START_SQL = ("BEGIN", "SAVEPOINT")
+# Contained, not leading: on PostgreSQL a step's update and inbox row are one WITH statement.
 INBOX_INSERT_SQL = 'INSERT INTO "bsft_saga_sagainboxentry"'
 INSTANCE_UPDATE_SQL = 'UPDATE "bsft_saga_sagainstance" SET'
 
@@ -184,12 +185,12 @@ class _FaultingWrapper:
                     os.getpid(),
                     signal.SIGKILL if self.fault == "kill-after-claim" else signal.SIGSTOP,
                 )
-        elif self.fault == "kill-mid-window" and sql.startswith(INBOX_INSERT_SQL):
+        elif self.fault == "kill-mid-window" and INBOX_INSERT_SQL in sql:
             os.kill(os.getpid(), signal.SIGKILL)
         elif (
             self.fault == "stop-before-window"
             and not self.stopped
-            and sql.startswith(INSTANCE_UPDATE_SQL)
+            and INSTANCE_UPDATE_SQL in sql
         ):
             self.stopped = True
             os.kill(os.getpid(), signal.SIGSTOP)
