@@ -21,7 +21,10 @@ SETTING_NAME = "BSFT_SAGA"
 
 CATCH_UP_POLICIES = ("fire_all", "fire_latest_per_saga", "skip_beyond_max_age")
 
-DEFAULTS: dict[str, dict[str, Any]] = {
+DEFAULTS: dict[str, Any] = {
+    # The largest encoded event (compact UTF-8 JSON, in bytes) publish() and
+    # schedule_timeout() accept; None: no limit. Every pass that claims a row reads it back.
+    "MAX_PAYLOAD_BYTES": 262144,
     "TIMEOUTS": {
         "POLL_INTERVAL": 5,
         "BATCH_SIZE": 100,
@@ -58,6 +61,8 @@ DEFAULTS: dict[str, dict[str, Any]] = {
 
 # Sections whose keys are the user's own names rather than our option names.
 _FREE_FORM_SECTIONS = {"CALENDARS"}
+# Top-level options that are a value, not a section.
+_VALUES = {"MAX_PAYLOAD_BYTES"}
 
 
 @dataclass(frozen=True)
@@ -99,6 +104,8 @@ def validate(raw: Any) -> list[ConfigProblem]:
                 ConfigProblem(section, f"unknown section; expected one of {sorted(DEFAULTS)}")
             )
             continue
+        if section in _VALUES:
+            continue
         if not isinstance(value, Mapping):
             problems.append(ConfigProblem(section, "must be a dict"))
             continue
@@ -112,6 +119,11 @@ def validate(raw: Any) -> list[ConfigProblem]:
                         f"unknown option; expected one of {sorted(DEFAULTS[section])}",
                     )
                 )
+    limit = raw.get("MAX_PAYLOAD_BYTES", DEFAULTS["MAX_PAYLOAD_BYTES"])
+    if limit is not None and not _positive_int(limit):
+        problems.append(
+            ConfigProblem("MAX_PAYLOAD_BYTES", "must be a positive number of bytes, or None")
+        )
     timeouts = _section(raw, "TIMEOUTS")
     for key in (
         "POLL_INTERVAL",
@@ -224,6 +236,7 @@ class _Snapshot:
     calendars: Mapping[str, Mapping[str, Any]]
     api: dict[str, Any]
     retention: RetentionSettings
+    max_payload_bytes: int | None
 
     @classmethod
     def of(cls, raw: Mapping[str, Any]) -> _Snapshot:
@@ -247,6 +260,7 @@ class _Snapshot:
             calendars=raw.get("CALENDARS", {}),
             api=_section(raw, "API"),
             retention=RetentionSettings.of(_section(raw, "RETENTION")),
+            max_payload_bytes=raw.get("MAX_PAYLOAD_BYTES", DEFAULTS["MAX_PAYLOAD_BYTES"]),
         )
 
 
@@ -304,6 +318,10 @@ class SagaSettings:
     @property
     def retention(self) -> RetentionSettings:
         return self._current().retention
+
+    @property
+    def max_payload_bytes(self) -> int | None:
+        return self._current().max_payload_bytes
 
 
 saga_settings = SagaSettings()

@@ -11,7 +11,7 @@ from asgiref.sync import sync_to_async
 
 from bsft_saga import clock
 from bsft_saga.correlation import MAX_LENGTH, get_correlation_id, new_correlation_id
-from bsft_saga.events import codec
+from bsft_saga.events import codec, payloads
 from bsft_saga.events.envelope import Envelope
 from bsft_saga.events.registry import event_type_of
 from bsft_saga.events.sending import send_envelope
@@ -36,11 +36,12 @@ def publish(
     ``correlation_id`` defaults to the ambient one; with neither, the event gets a fresh
     one (``new_correlation_id()``), which the steps it runs, their timers and the events
     they publish carry on. A payload the codec cannot encode is a ``TypeError`` here; a
-    naive ``deadline``, or a correlation id (given or ambient) longer than 200 characters,
-    is a ``ValueError``. Nothing is written when it raises.
+    naive ``deadline``, a correlation id (given or ambient) longer than 200 characters, or
+    an encoded event larger than ``BSFT_SAGA["MAX_PAYLOAD_BYTES"]`` is a ``ValueError``.
+    Nothing is written when it raises.
     """
     event_type = event_type_of(event)
-    payload = codec.encode(event)  # fail now, not when a worker reads the row back
+    payload = payloads.encode_event(event, event_type)  # fail now, not when a worker reads it
     if deadline is not None and (deadline.tzinfo is None or deadline.utcoffset() is None):
         raise ValueError(f"publish({event_type}): deadline must be an aware datetime")
     if not correlation_id:  # neither given ("" counts as none) ...

@@ -13,6 +13,7 @@ from bsft_saga.conf import DEFAULTS, saga_settings, validate
 
 # Verbatim in docs/configuration.md ("Every key, with its default").
 DOCUMENTED_DEFAULTS = {
+    "MAX_PAYLOAD_BYTES": 262144,
     "TIMEOUTS": {
         "POLL_INTERVAL": 5,
         "BATCH_SIZE": 100,

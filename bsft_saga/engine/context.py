@@ -13,7 +13,7 @@ from datetime import datetime, timedelta
 from typing import Any, Generic, TypeVar
 
 from bsft_saga.calendars import get_calendar
-from bsft_saga.events import codec
+from bsft_saga.events import payloads
 from bsft_saga.events.envelope import Envelope
 from bsft_saga.events.registry import event_type_of
 from bsft_saga.timeouts.requests import (
@@ -75,7 +75,7 @@ class SagaContext(Generic[S]):
         compensation, which must run late too), the saga's deadline.
         """
         event_type = event_type_of(event)
-        payload = codec.encode(event)  # a payload that cannot be stored fails in the body
+        payload = payloads.encode_event(event, event_type)  # what cannot be stored fails here
         deadline = None if ignore_deadline else (self.deadline or self.envelope.deadline)
         envelope = Envelope(
             message_id=uuid.uuid4(),
@@ -129,7 +129,7 @@ class SagaContext(Generic[S]):
                 name=name,
                 due_at=due_at,
                 event_type=event_type,
-                payload=codec.encode(event),
+                payload=payloads.encode_event(event, event_type),
                 calendar_key=calendar or "",
                 scope=scope,
             )
