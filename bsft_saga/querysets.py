@@ -103,6 +103,27 @@ class DeliveryQuerySet(models.QuerySet[M]):
         """Rows given up after ``MAX_DISPATCH_ATTEMPTS`` failed attempts."""
         return self.filter(dead_lettered_at__isnull=False)
 
+    def waiting(self: Q_, now: datetime) -> Q_:
+        """Open rows not ready yet (an outbox row is ready once it exists)."""
+        return self.none()
+
+    def retired_in(self: Q_, status: DeliveryStatus) -> Q_:
+        """The rows retired as ``status`` (fired, missed, canceled, delivered, dead-lettered)."""
+        raise NotImplementedError
+
+    def in_status(self: Q_, status: DeliveryStatus, now: datetime) -> Q_:
+        """The rows in ``status`` at ``now``: the SQL twin of :func:`timer_status` and
+        :func:`outbox_status` (``tests/test_delivery_status.py`` holds the two together)."""
+        if status == DeliveryStatus.WAITING:
+            return self.waiting(now)
+        if status == DeliveryStatus.READY:
+            return self.claimable(now)
+        if status == DeliveryStatus.RETRYING:
+            return self.retrying(now)
+        if status == DeliveryStatus.CLAIMED:
+            return self.claimed(now)
+        return self.retired_in(status)
+
 
 class SagaInstanceQuerySet(models.QuerySet["SagaInstance"]):
     def active(self) -> SagaInstanceQuerySet:
@@ -147,16 +168,7 @@ class SagaTimeoutQuerySet(DeliveryQuerySet["SagaTimeout"]):
         """Rows that left the pending set (any outcome) before ``cutoff``."""
         return self.filter(dispatched_at__lt=cutoff)
 
-    def in_status(self, status: DeliveryStatus, now: datetime) -> SagaTimeoutQuerySet:
-        """The timers in ``status`` at ``now`` (the SQL twin of :func:`timer_status`)."""
-        if status == DeliveryStatus.WAITING:
-            return self.waiting(now)
-        if status == DeliveryStatus.READY:
-            return self.claimable(now)
-        if status == DeliveryStatus.RETRYING:
-            return self.retrying(now)
-        if status == DeliveryStatus.CLAIMED:
-            return self.claimed(now)
+    def retired_in(self, status: DeliveryStatus) -> SagaTimeoutQuerySet:
         if status == DeliveryStatus.DELIVERED:
             return self.none()  # a timer that published its event is "fired"
         return self.filter(outcome=status.value)
@@ -179,19 +191,12 @@ class SagaOutboxQuerySet(DeliveryQuerySet["SagaOutboxMessage"]):
     def delivered(self) -> SagaOutboxQuerySet:
         return self.filter(delivered_at__isnull=False)
 
-    def in_status(self, status: DeliveryStatus, now: datetime) -> SagaOutboxQuerySet:
-        """The outbox rows in ``status`` at ``now`` (the SQL twin of :func:`outbox_status`)."""
-        if status == DeliveryStatus.READY:
-            return self.claimable(now)
-        if status == DeliveryStatus.RETRYING:
-            return self.retrying(now)
-        if status == DeliveryStatus.CLAIMED:
-            return self.claimed(now)
+    def retired_in(self, status: DeliveryStatus) -> SagaOutboxQuerySet:
         if status == DeliveryStatus.DELIVERED:
             return self.delivered()
         if status == DeliveryStatus.DEAD_LETTERED:
             return self.dead_lettered()
-        return self.none()
+        return self.none()  # fired, missed, canceled: timers only
 
 
 def _open_status(row: Any, ready_from: datetime, now: datetime) -> DeliveryStatus:

@@ -411,7 +411,7 @@ def test_requeue_needs_exactly_one_of_all_or_ids(args: tuple[str, ...]) -> None:
 
 
 def test_requeue_ids_must_be_integers() -> None:
-    with pytest.raises(CommandError, match="invalid int value: 'abc'"):
+    with pytest.raises(CommandError, match="--id: 'abc' is not an integer"):
         run("requeue_saga_timeouts", "--id", "abc")
 
 

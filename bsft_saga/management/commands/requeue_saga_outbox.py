@@ -2,48 +2,28 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
 from typing import Any
 
-from django.core.management.base import BaseCommand, CommandError, CommandParser
-
+from bsft_saga.delivery.requeue import RequeueResult
 from bsft_saga.management import arguments
+from bsft_saga.management.requeueing import RequeueCommand
 from bsft_saga.outbox import requeue_dead_lettered
 
 
-class Command(BaseCommand):
+class Command(RequeueCommand):
     help = (
         "Requeue dead-lettered outbox messages (deferred and staged events): attempts are "
         "reset and the next drain delivers them again, with the same message id. Fix the "
         "cause first (a receiver that kept failing, a renamed event type). Ids that cannot "
         "be requeued are named, and the command then exits with an error."
     )
+    noun = "outbox message"
+    id_metavar = "UUID"
+    id_help = "Requeue these outbox messages (their message ids); may be repeated."
 
-    def add_arguments(self, parser: CommandParser) -> None:
-        which = parser.add_mutually_exclusive_group(required=True)
-        which.add_argument(
-            "--all-dead-lettered",
-            action="store_true",
-            help="Requeue every dead-lettered outbox message.",
-        )
-        which.add_argument(
-            "--id",
-            dest="ids",
-            nargs="+",
-            action="extend",
-            metavar="UUID",
-            help="Requeue these outbox messages (their message ids); may be repeated.",
-        )
+    def parse_ids(self, values: Iterable[Any]) -> list[Any]:
+        return arguments.uuids("--id", values)
 
-    def handle(self, *args: Any, **options: Any) -> None:
-        ids = None if options["all_dead_lettered"] else arguments.uuids("--id", options["ids"])
-        result = requeue_dead_lettered(ids)
-        verbose = int(options["verbosity"]) >= 1
-        if verbose:
-            for pk, reason in result.refused:
-                self.stderr.write(self.style.WARNING(f"refused {pk}: {reason}"))
-            self.stdout.write(
-                self.style.SUCCESS(f"Requeued {result.requeued} dead-lettered outbox message(s).")
-            )
-        if result.refused:
-            refused = ", ".join(str(pk) for pk, _reason in result.refused)
-            raise CommandError(f"{len(result.refused)} outbox message(s) not requeued: {refused}")
+    def requeue(self) -> Callable[[list[Any] | None], RequeueResult]:
+        return requeue_dead_lettered

@@ -2,15 +2,16 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
 from typing import Any
 
-from django.core.management.base import BaseCommand, CommandError, CommandParser
-
+from bsft_saga.delivery.requeue import RequeueResult
 from bsft_saga.management import arguments
+from bsft_saga.management.requeueing import RequeueCommand
 from bsft_saga.timeouts.maintenance import requeue_dead_lettered
 
 
-class Command(BaseCommand):
+class Command(RequeueCommand):
     help = (
         "Requeue dead-lettered saga timers: they become pending again with attempts reset, "
         "and fire at the next drain. Fix the cause first (e.g. restore the renamed event "
@@ -18,33 +19,12 @@ class Command(BaseCommand):
         "a wait that has ended, a pending timer of the same name), the others are requeued, "
         "and the command then exits with an error."
     )
+    noun = "timer"
+    id_metavar = "ID"
+    id_help = "Requeue these timers (SagaTimeout ids); may be repeated."
 
-    def add_arguments(self, parser: CommandParser) -> None:
-        which = parser.add_mutually_exclusive_group(required=True)
-        which.add_argument(
-            "--all-dead-lettered",
-            action="store_true",
-            help="Requeue every dead-lettered timer.",
-        )
-        which.add_argument(
-            "--id",
-            dest="ids",
-            type=int,
-            nargs="+",
-            action="extend",
-            metavar="ID",
-            help="Requeue these timers (SagaTimeout ids); may be repeated.",
-        )
+    def parse_ids(self, values: Iterable[Any]) -> list[Any]:
+        return arguments.row_ids("--id", values)
 
-    def handle(self, *args: Any, **options: Any) -> None:
-        ids = None if options["all_dead_lettered"] else arguments.row_ids("--id", options["ids"])
-        result = requeue_dead_lettered(ids)
-        if int(options["verbosity"]) >= 1:
-            for pk, reason in result.refused:
-                self.stderr.write(self.style.WARNING(f"refused {pk}: {reason}"))
-            self.stdout.write(
-                self.style.SUCCESS(f"Requeued {result.requeued} dead-lettered timer(s).")
-            )
-        if result.refused:
-            refused = ", ".join(str(pk) for pk, _reason in result.refused)
-            raise CommandError(f"{len(result.refused)} timer(s) not requeued: {refused}")
+    def requeue(self) -> Callable[[list[Any] | None], RequeueResult]:
+        return requeue_dead_lettered
