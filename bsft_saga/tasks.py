@@ -26,7 +26,10 @@ DRAIN_TASK = "bsft_saga.tasks.drain_saga_timeouts"
 # Both tasks are acknowledged only once they ran (acks_late), and a worker process that is
 # killed while running one hands the message back to the broker (reject_on_worker_lost), so
 # a SIGKILLed worker delays a delivery rather than losing it. Running either twice is safe:
-# every row is claimed before it is delivered.
+# every row is claimed before it is delivered. A rerun within CLAIM_LEASE of a run that died
+# holding claims leaves those rows; the drain delivers them once the lease has run out
+# (docs/celery.md, "When a worker dies"; tests/test_celery_faults.py).
+
 # After a pass lost its database connection, wait this long before the next try.
 RECONNECT_PAUSE = 0.5
 

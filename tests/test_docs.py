@@ -70,6 +70,7 @@ COPIED_FROM = {
         "tests.test_engine",
     ],
     "docs/testing.md": ["tests.test_harness_flows"],
+    "docs/celery.md": ["bsft_saga.tasks"],
     "docs/flows.md": [
         "tests.testapp.events",
         "tests.testapp.engine_events",

@@ -182,6 +182,14 @@ def test_a_failed_enqueue_leaves_the_row_pending_for_the_drain_task(
     assert task_saga("t-1") is not None
 
 
+@pytest.mark.parametrize("task", [drain_saga_timeouts, deliver_event], ids=lambda t: t.name)
+def test_a_task_whose_worker_dies_goes_back_to_the_broker(task: Any) -> None:
+    # Acknowledged after the run, and requeued (not acknowledged) when the worker process
+    # running it is lost: tests/test_celery_faults.py kills real workers.
+    assert task.acks_late is True
+    assert task.reject_on_worker_lost is True
+
+
 # --- the beat schedule check ----------------------------------------------------------
 
 
