@@ -129,7 +129,7 @@ def poll(args: argparse.Namespace) -> int:
                 began = time.perf_counter()
                 rows = claim(
                     TIMERS, limit=args.due, token=uuid.uuid4(), now=clock.now(), lease=lease
-                )
+                ).rows
                 milliseconds.append((time.perf_counter() - began) * 1000)
                 transaction.set_rollback(True)  # every repetition sees the same rows
             if len(rows) != args.due:

@@ -170,19 +170,29 @@ def _deliver_claimed(
     token = uuid.uuid4()
     moment = now or clock.now()
     with recovery.guarding(channel, token):
-        rows = batch.claim(
-            channel, limit=limit, token=token, now=moment, lease=config.claim_lease, only=only
+        claimed = batch.claim(
+            channel,
+            limit=limit,
+            token=token,
+            now=moment,
+            lease=config.claim_lease,
+            max_attempts=config.max_dispatch_attempts,
+            only=only,
         )
-        skipped = len(only) - len(rows) if only is not None else 0
+        batch.count_given_up(channel, claimed)
+        rows, given_up = claimed.rows, len(claimed.dead_lettered)
+        skipped = len(only) - len(rows) - given_up if only is not None else 0
         if not rows:
-            return DeliveryReport(delivered=recovered.delivered, unclaimed=skipped)
+            return DeliveryReport(
+                delivered=recovered.delivered, dead_lettered=given_up, unclaimed=skipped
+            )
         with transaction.atomic():
             delivered = batch.deliver(channel, rows, token, config)
     batch.count_outcomes(channel, delivered)
     return DeliveryReport(
         delivered=recovered.delivered + delivered.count(Outcome.DELIVERED),
         failed=delivered.count(Outcome.FAILED),
-        dead_lettered=delivered.count(Outcome.DEAD_LETTERED),
+        dead_lettered=given_up + delivered.count(Outcome.DEAD_LETTERED),
         unclaimed=skipped + delivered.count(Outcome.UNCLAIMED),
     )
 

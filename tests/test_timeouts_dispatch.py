@@ -321,7 +321,7 @@ def test_a_pass_whose_claim_was_taken_over_publishes_nothing(
     clock.tick(timedelta(hours=1))
     config = saga_settings.timeouts
     stale, successor = uuid.uuid4(), uuid.uuid4()
-    rows = claim(TIMERS, limit=10, token=stale, now=clock_now(), lease=config.claim_lease)
+    rows = claim(TIMERS, limit=10, token=stale, now=clock_now(), lease=config.claim_lease).rows
     # The stale pass stalls past its lease; another pass claims the row and keeps it.
     claim(
         TIMERS,

@@ -277,3 +277,39 @@ def test_a_batch_stopped_halfway_and_resumed_after_its_lease_fires_nothing_twice
 
     assert (report["fired"], report["unclaimed"]) == (2, 1)
     assert _counters(keys) == _advanced_once(keys)
+
+
+def test_a_timer_whose_receiver_kills_every_dispatcher_is_dead_lettered_and_spares_the_rest(
+    children: Supervisor,
+) -> None:
+    keys = _start_counters()
+    poison_key = keys[1]
+    poison = SagaInstance.objects.get(saga_type=CountingFlow.saga_type, correlation_key=poison_key)
+    others = [key for key in keys if key != poison_key]
+    limit = {"BSFT_SAGA_TIMEOUTS_JSON": json.dumps({"CLAIM_LEASE": 1, "MAX_DISPATCH_ATTEMPTS": 3})}
+
+    exits = []
+    for n in range(6):  # bounded: without the attempt count this would never end
+        child = children.spawn(
+            DRAIN,
+            "--await-leases",
+            "--fault",
+            "kill-on-poison",
+            "--poison-saga",
+            str(poison.pk),
+            name=f"dispatcher-{n}",
+            env=limit,
+        )
+        exits.append(child.wait(timeout=60))
+        if exits[-1] == 0:
+            break
+
+    # Each claim of the poisoned timer after a death counted an attempt; the third death
+    # reached MAX_DISPATCH_ATTEMPTS, so the fourth dispatcher gave it up without firing it.
+    # Its batch-mates, claimed alone after the first death, each advanced once.
+    assert exits == [KILLED, KILLED, KILLED, 0], [c.stderr() for c in children.children]
+    assert _counters(others) == _advanced_once(others)
+    assert _counters([poison_key]) == {poison_key: (1, 1, {"count": 0}, 1, ["dead_lettered"])}
+    timer = SagaTimeout.objects.get(saga=poison)
+    assert timer.attempts == 3
+    assert timer.last_error.startswith("ClaimAbandoned: ")

@@ -10,16 +10,19 @@ from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, Generic
 
 from django.db import DatabaseError, connection, transaction
+from django.db.models import F
 
 from bsft_saga import clock, sql, telemetry
-from bsft_saga.conf import TimeoutSettings
+from bsft_saga.conf import TimeoutSettings, saga_settings
 from bsft_saga.delivery.backoff import retry_delay
 from bsft_saga.delivery.channel import Channel, R
 from bsft_saga.delivery.failures import failure_reason
 from bsft_saga.events.sending import send_envelope
+from bsft_saga.models import DeliveryRow
+from bsft_saga.querysets import DeliveryQuerySet
 
 logger = logging.getLogger("bsft_saga.delivery")
 
@@ -48,6 +51,23 @@ class Delivered:
         return Counter(channel.saga_type(row) for row, o in self.outcomes if o is outcome)
 
 
+#: What a row's last attempt records when the pass that claimed it never finished: its
+#: lease ran out with the row still open and the claim never given back.
+ABANDONED = (
+    "ClaimAbandoned: the pass that claimed it stopped before it finished (its claim lease "
+    "ran out); the process may have been killed while delivering it"
+)
+
+
+@dataclass(frozen=True)
+class Claimed(Generic[R]):
+    """What :func:`claim` took: the rows to deliver, and those it gave up instead."""
+
+    rows: list[R]
+    #: Rows whose claims ran out ``MAX_DISPATCH_ATTEMPTS`` times: dead-lettered, not claimed.
+    dead_lettered: list[R]
+
+
 def claim(
     channel: Channel[R],
     *,
@@ -55,8 +75,9 @@ def claim(
     token: uuid.UUID,
     now: datetime,
     lease: timedelta,
+    max_attempts: int | None = None,
     only: Iterable[Any] | None = None,
-) -> list[R]:
+) -> Claimed[R]:
     """Claim up to ``limit`` of the channel's claimable rows (``only``: among these pks).
 
     The claim (this pass's ``token`` and a lease until ``now + lease``) commits in its own
@@ -64,31 +85,93 @@ def claim(
     claimed until the lease has run out, and a pass whose lease ran out is fenced, because
     every later write of its rows matches on its token. Returns the claimed rows, in
     delivery order, with the channel's related rows loaded.
+
+    A row whose previous claim ran out (its pass never finished and never gave it back)
+    may be what killed that pass: claiming it again counts an attempt (``ClaimAbandoned``),
+    it is claimed **alone**, so it cannot take a batch down with it twice, and at
+    ``max_attempts`` (default ``MAX_DISPATCH_ATTEMPTS``) it is dead-lettered instead.
     """
+    if max_attempts is None:
+        max_attempts = saga_settings.timeouts.max_dispatch_attempts
     candidates = channel.claimable(now)
     if only is not None:
         candidates = candidates.filter(pk__in=list(only))
     until = now + lease
-    fields = {"claim_token": token, "claimed_until": until}
+    fields: dict[str, Any] = {"claim_token": token, "claimed_until": until}
     every_row = channel.all_rows()
     features = connection.features
-    with transaction.atomic():
-        if features.has_select_for_update_skip_locked:
+    if features.has_select_for_update_skip_locked:
+        with transaction.atomic():
             # Rows another pass is claiming right now are skipped, not waited for, so
             # concurrent passes take disjoint batches.
             of = ("self",) if features.has_select_for_update_of else ()
             locking = channel.load(candidates).select_for_update(skip_locked=True, of=of)
-            rows: list[R] = list(locking[:limit])
+            rows, given_up = _sort_out(list(locking[:limit]), max_attempts)
+            _give_up(channel, every_row.filter(pk__in=_pks(given_up)), given_up, now)
             if rows:
-                every_row.filter(pk__in=[row.pk for row in rows]).update(**fields)
-        else:
-            # One conditional UPDATE is the fence: it takes only rows that are still
-            # claimable while it runs (SQLite runs one writer at a time).
-            every_row.filter(pk__in=candidates.values("pk")[:limit]).update(**fields)
-            rows = list(channel.load(channel.held(token)).in_ready_order())
+                every_row.filter(pk__in=_pks(rows)).update(**fields, **_counted(rows))
+    else:
+        # Read which rows are ready outside the transaction (one that reads first and
+        # writes later can be refused SQLite's write lock), then write with the
+        # conditions again: only rows still claimable while the UPDATE runs are taken.
+        rows, given_up = _sort_out(list(channel.load(candidates)[:limit]), max_attempts)
+        with transaction.atomic():
+            still_claimable = channel.claimable(now)
+            _give_up(channel, still_claimable.filter(pk__in=_pks(given_up)), given_up, now)
+            if rows:
+                still_claimable.filter(pk__in=_pks(rows)).update(**fields, **_counted(rows))
+                rows = list(channel.load(channel.held(token)).in_ready_order())
     for row in rows:
         row.claim_token, row.claimed_until = token, until
-    return rows
+    return Claimed(rows, given_up)
+
+
+def _pks(rows: Sequence[Any]) -> list[Any]:
+    return [row.pk for row in rows]
+
+
+def _abandoned(row: DeliveryRow) -> bool:
+    # Open and claimable, yet still carrying a token: the lease of a claim that was neither
+    # finished (retired, or failed and released) nor given back ran out.
+    return row.claim_token is not None
+
+
+def _sort_out(rows: list[R], max_attempts: int) -> tuple[list[R], list[R]]:
+    """The rows to claim (the first abandoned one alone, if any) and those to give up."""
+    given_up = [r for r in rows if _abandoned(r) and r.attempts + 1 >= max_attempts]
+    suspects = [r for r in rows if _abandoned(r) and r not in given_up]
+    if suspects:
+        return suspects[:1], given_up
+    return [r for r in rows if not _abandoned(r)], given_up
+
+
+def _counted(rows: list[R]) -> dict[str, Any]:
+    """The attempt a claim counts: one for an abandoned row (claimed alone), none otherwise."""
+    if len(rows) == 1 and _abandoned(rows[0]):
+        rows[0].attempts += 1
+        rows[0].last_error = ABANDONED
+        return {"attempts": F("attempts") + 1, "last_error": ABANDONED}
+    return {}
+
+
+def _give_up(channel: Channel[R], where: DeliveryQuerySet[R], rows: list[R], now: datetime) -> None:
+    if not rows:
+        return
+    where.update(
+        attempts=F("attempts") + 1,
+        last_error=ABANDONED,
+        dead_lettered_at=now,
+        next_attempt_at=None,
+        claimed_until=None,
+        **channel.dead_lettered(now, ABANDONED),
+    )
+    for row in rows:
+        logger.error(
+            "bsft_saga: %s dead-lettered: its claim ran out %d times (%s)",
+            channel.describe(row),
+            row.attempts + 1,
+            ABANDONED,
+        )
 
 
 def deliver(
@@ -170,6 +253,12 @@ def count_outcomes(channel: Channel[Any], delivered: Delivered) -> None:
         if counter is not None:
             for saga_type, n in delivered.by_saga_type(channel, outcome).items():
                 telemetry.count(counter, saga_type, n)
+
+
+def count_given_up(channel: Channel[Any], claimed: Claimed[Any]) -> None:
+    """Add the rows a claim dead-lettered (their claims kept running out) to the counters."""
+    for row in claimed.dead_lettered:
+        telemetry.count(channel.dead_lettered_counter, channel.saga_type(row))
 
 
 def _raise_if_transaction_broken(exc: BaseException) -> None:

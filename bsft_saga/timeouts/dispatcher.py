@@ -27,7 +27,7 @@ from django.db import transaction
 from bsft_saga import clock, telemetry
 from bsft_saga.conf import saga_settings
 from bsft_saga.delivery import recovery
-from bsft_saga.delivery.batch import Outcome, claim, count_outcomes, deliver
+from bsft_saga.delivery.batch import Outcome, claim, count_given_up, count_outcomes, deliver
 from bsft_saga.models import SagaTimeout, TimeoutOutcome
 from bsft_saga.timeouts.catch_up import select_missed
 from bsft_saga.timeouts.channel import TIMERS
@@ -80,15 +80,18 @@ def drain_due(*, batch_size: int | None = None, now: datetime | None = None) -> 
     recovered = recovery.give_back(TIMERS) if recovery.waiting(TIMERS) else recovery.GivenBack()
     token = uuid.uuid4()
     with recovery.guarding(TIMERS, token):
-        rows = claim(
+        claimed = claim(
             TIMERS,
             limit=batch_size or config.batch_size,
             token=token,
             now=moment,
             lease=config.claim_lease,
+            max_attempts=config.max_dispatch_attempts,
         )
+        count_given_up(TIMERS, claimed)
+        rows = claimed.rows
         if not rows:
-            return DrainReport(fired=recovered.delivered)
+            return DrainReport(fired=recovered.delivered, dead_lettered=len(claimed.dead_lettered))
         # The policy reads before the batch's transaction opens: on SQLite a transaction
         # that reads first and writes later can be refused the write lock.
         missed_ids = select_missed(rows, config, moment)
@@ -104,7 +107,7 @@ def drain_due(*, batch_size: int | None = None, now: datetime | None = None) -> 
         fired=recovered.delivered + delivered.count(Outcome.DELIVERED),
         missed=len(missed),
         failed=delivered.count(Outcome.FAILED),
-        dead_lettered=delivered.count(Outcome.DEAD_LETTERED),
+        dead_lettered=len(claimed.dead_lettered) + delivered.count(Outcome.DEAD_LETTERED),
         unclaimed=len(missed_ids) - len(missed) + delivered.count(Outcome.UNCLAIMED),
     )
 

@@ -26,6 +26,9 @@ batch in one short transaction, then fires the whole batch in a second one:
 ``stop-before-window``
     SIGSTOP on the woken step's version-checked UPDATE of its instance: the step has run
     on the state it read, its window has not written yet.
+``kill-on-poison``
+    SIGKILL in a receiver connected after the engine's, on every timer envelope of the saga
+    ``--poison-saga``: a receiver that kills every dispatcher that fires that one timer.
 """
 
 from __future__ import annotations
@@ -48,6 +51,7 @@ FAULTS = (
     "stop-after-claim",
     "stop-mid-batch",
     "stop-before-window",
+    "kill-on-poison",
 )
 CLAIM_SQL = 'UPDATE "bsft_saga_sagatimeout" SET "claim_token"'
 # The batch's transaction opens with SQLite's BEGIN or, on PostgreSQL (whose BEGIN the
@@ -62,6 +66,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--batch-size", type=int, default=None)
     parser.add_argument("--fault", choices=FAULTS)
+    parser.add_argument("--poison-saga", help="kill-on-poison: the saga id whose timer kills")
     parser.add_argument("--record", type=Path, help="append every timer envelope seen here")
     parser.add_argument("--ready-file", type=Path, help="touched once Django is set up")
     parser.add_argument("--go-file", type=Path, help="wait for it to exist before draining")
@@ -146,6 +151,14 @@ def _connect_receivers(args: argparse.Namespace) -> None:
         event_published.connect(record, dispatch_uid="tests.workers.record", weak=False)
     if args.fault == "kill-after-publish":
         event_published.connect(_kill_on_timer, dispatch_uid="tests.workers.kill", weak=False)
+    if args.fault == "kill-on-poison":
+        poison = args.poison_saga
+
+        def kill_on_poison(sender: type, *, envelope: Any, **kwargs: Any) -> None:
+            if envelope.timer is not None and str(envelope.timer.saga_id) == poison:
+                os.kill(os.getpid(), signal.SIGKILL)
+
+        event_published.connect(kill_on_poison, dispatch_uid="tests.workers.kill", weak=False)
 
 
 class _OnSecondTimer:
@@ -187,11 +200,7 @@ class _FaultingWrapper:
                 )
         elif self.fault == "kill-mid-window" and INBOX_INSERT_SQL in sql:
             os.kill(os.getpid(), signal.SIGKILL)
-        elif (
-            self.fault == "stop-before-window"
-            and not self.stopped
-            and INSTANCE_UPDATE_SQL in sql
-        ):
+        elif self.fault == "stop-before-window" and not self.stopped and INSTANCE_UPDATE_SQL in sql:
             self.stopped = True
             os.kill(os.getpid(), signal.SIGSTOP)
         return execute(sql, params, many, context)
