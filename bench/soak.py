@@ -47,7 +47,7 @@ import time
 from dataclasses import asdict
 from datetime import timedelta
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import psycopg
 
@@ -55,6 +55,10 @@ from bench import database
 from bench.children import Child, Children, child_environment
 from bench.config import SoakConfig, soak_from_environment
 from bench.measure import clock, progress
+
+if TYPE_CHECKING:  # both import the models: at run time only once Django is set up
+    from bench.sampler import Sampler
+    from bench.vacuum import StandIn
 
 DISPATCHERS = 2
 SEED = 11  # the reminders' spread: the same in both phases
@@ -201,7 +205,7 @@ def wait_until_connected(dispatchers: list[Child]) -> None:
 
 
 def sample_steadily(
-    sampler: Any, stand_in: Any, started: float, seconds: float, every: float
+    sampler: Sampler, stand_in: StandIn | None, started: float, seconds: float, every: float
 ) -> list[dict[str, Any]]:
     """A sample at 0 s and every ``every`` seconds after, until ``seconds`` are up; between
     two, the autovacuum stand-in's check (bench/vacuum.py), where the server needs one."""
