@@ -158,7 +158,8 @@ def run_phase(config: SoakConfig, workdir: Path, name: str, *, pinned: bool) -> 
             drained = drain_out(config)
             stopped = [parse_totals(d.stop(timeout=STOP_TIMEOUT_S)) for d in dispatchers]
     finally:
-        close_pin(pin)
+        if pin is not None and not pin.closed:  # a run that failed: the original error shows
+            pin.close()
     totals = {
         "publisher": published,
         "dispatchers": stopped,
@@ -247,7 +248,7 @@ def pin_horizon(config: SoakConfig) -> psycopg.Connection[Any]:
 
 def close_pin(pin: psycopg.Connection[Any] | None) -> dict[str, Any] | None:
     """Roll the pinning transaction back; report how old its snapshot had become."""
-    if pin is None or pin.closed:
+    if pin is None:
         return None
     (age,) = pin.execute(
         "SELECT age(backend_xmin) FROM pg_stat_activity WHERE pid = pg_backend_pid()"
