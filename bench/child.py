@@ -9,6 +9,8 @@
     ``claim K`` lines on stdin with the milliseconds of K claims (each rolled back).
 ``python -m bench.child sqlite-step --events N --rounds R``
     Migrates its SQLite file and times R rounds of N published start events.
+``python -m bench.child publish --rate R --seconds S --prefix P --delay-ms A B --seed N``
+    ``make soak``'s publisher: ``SoakStarted`` events at a fixed pace for S seconds.
 
 A dispatcher sets Django up and connects before it touches its ready file, then waits for
 the go file: what it reports (``started`` when it saw the go file, ``finished`` after its
@@ -31,7 +33,7 @@ from typing import Any
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("mode", choices=("drain", "handwritten", "poll", "sqlite-step"))
+    parser.add_argument("mode", choices=("drain", "handwritten", "poll", "sqlite-step", "publish"))
     parser.add_argument("--batch-size", type=int, default=None)
     parser.add_argument("--ready-file", type=Path)
     parser.add_argument("--go-file", type=Path)
@@ -39,6 +41,11 @@ def main() -> int:
     parser.add_argument("--due", type=int)
     parser.add_argument("--events", type=int)
     parser.add_argument("--rounds", type=int)
+    parser.add_argument("--rate", type=float)
+    parser.add_argument("--seconds", type=float)
+    parser.add_argument("--prefix")
+    parser.add_argument("--delay-ms", type=int, nargs=2)
+    parser.add_argument("--seed", type=int)
     args = parser.parse_args()
 
     import django
@@ -48,6 +55,8 @@ def main() -> int:
         report = dispatch(args)
     elif args.mode == "poll":
         return poll(args)
+    elif args.mode == "publish":
+        report = publish_steadily(args)
     else:
         report = sqlite_step(args)
     print(json.dumps(report), flush=True)
@@ -156,6 +165,62 @@ def sqlite_step(args: argparse.Namespace) -> dict[str, Any]:
         workloads.check_started(args.events)
     database.reset_saga_tables()
     return {"events_per_s": rates}
+
+
+def publish_steadily(args: argparse.Namespace) -> dict[str, Any]:
+    """Publish ``SoakStarted`` events at ``args.rate`` a second for ``args.seconds``.
+
+    Event ``i`` is due at ``go + i / rate`` on the monotonic clock: a slow publish delays
+    the next ones but never lowers the rate over the run, and how far the publisher fell
+    behind that schedule is reported (``max_behind_s``), so that a rate the machine could
+    not hold is visible instead of silently lower. Each reminder is due a uniformly spread
+    ``--delay-ms`` later (seeded: both phases of a soak schedule the same spread). A
+    publish that raises (the database is unreachable) is logged, counted and skipped: the
+    parent checks the rows against ``published``.
+    """
+    import logging
+    import random
+
+    from django.db import connection
+
+    from bench.measure import clock
+    from bsft_saga import publish
+    from tests.testapp.load_events import SoakStarted
+
+    connection.ensure_connection()
+    args.ready_file.touch()
+    while not args.go_file.exists():
+        time.sleep(0.001)
+
+    rng = random.Random(args.seed)
+    low, high = args.delay_ms
+    total = round(args.rate * args.seconds)
+    published, failed, behind = 0, 0, 0.0
+    started = clock()
+    for i in range(total):
+        wait = started + i / args.rate - clock()
+        if wait > 0:
+            time.sleep(wait)
+        else:
+            behind = max(behind, -wait)
+        try:
+            publish(SoakStarted(f"{args.prefix}-{i:08d}", remind_after_ms=rng.randint(low, high)))
+        except Exception:
+            logging.getLogger("bench").exception("publishing start event %d failed", i)
+            failed += 1
+            connection.close_if_unusable_or_obsolete()  # the next publish reconnects
+        else:
+            published += 1
+    seconds = clock() - started
+    return {
+        "published": published,
+        "failed": failed,
+        "seconds": seconds,
+        "events_per_s": published / seconds if seconds else 0.0,
+        "max_behind_s": behind,
+        "max_rss_kb": max_rss_kb(),
+        "pid": os.getpid(),
+    }
 
 
 def max_rss_kb() -> int:

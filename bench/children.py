@@ -5,12 +5,17 @@ production, so that one run's caches, connections and memory never carry into th
 A child sets Django up, connects, touches its ready file and waits for the go file: its
 start-up is never timed. Its report is the last JSON line it prints; its stderr goes to a
 file that is shown if it fails. ``Children`` kills whatever is still running when it closes.
+
+``make soak`` also runs the real dispatcher command this way (``module="django"``:
+``python -m django drain_saga_timeouts --loop``), and stops it as an operator would, with
+SIGTERM.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -41,6 +46,7 @@ class Child:
         *,
         go_file: Path | None = None,
         interactive: bool = False,
+        module: str = "bench.child",
     ) -> None:
         self.name = name
         self.stdout_path = workdir / f"{name}.out"
@@ -53,7 +59,7 @@ class Child:
         # pipe can fill up and block them.
         with self.stderr_path.open("wb") as err, self.stdout_path.open("wb") as out:
             self.process = subprocess.Popen(
-                [sys.executable, "-m", "bench.child", *args],
+                [sys.executable, "-m", module, *args],
                 env=env,
                 cwd=ROOT,
                 stdin=subprocess.PIPE if interactive else subprocess.DEVNULL,
@@ -93,6 +99,31 @@ class Child:
         answer: dict[str, Any] = json.loads(line)
         return answer
 
+    @property
+    def pid(self) -> int:
+        return self.process.pid
+
+    def check_alive(self) -> None:
+        """Raise (with its stderr) if the child has exited."""
+        code = self.process.poll()
+        if code is not None:
+            raise RuntimeError(f"{self.name} exited with {code}{self._stderr()}")
+
+    def stop(self, timeout: float) -> str:
+        """SIGTERM, wait for a clean exit, return the last line it printed."""
+        self.check_alive()
+        self.process.send_signal(signal.SIGTERM)
+        try:
+            code = self.process.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            raise RuntimeError(
+                f"{self.name} still running {timeout}s after SIGTERM{self._stderr()}"
+            ) from None
+        lines = self.stdout_path.read_text().strip().splitlines()
+        if code != 0 or not lines:
+            raise RuntimeError(f"{self.name} exited with {code}{self._stderr()}")
+        return lines[-1]
+
     def kill(self) -> None:
         if self.process.poll() is None:
             self.process.kill()
@@ -127,10 +158,12 @@ class Children:
         barrier: bool = True,
         interactive: bool = False,
         env: dict[str, str] | None = None,
+        module: str = "bench.child",
     ) -> Child:
         """Start ``python -m bench.child <args>``; with ``barrier``, it waits for ``release()``.
 
-        ``env`` replaces the children's environment for this one (another database).
+        ``env`` replaces the children's environment for this one (another database);
+        ``module`` runs another module instead (then without ``barrier``).
         """
         child = Child(
             name,
@@ -139,6 +172,7 @@ class Children:
             self.workdir,
             go_file=self.go_file if barrier else None,
             interactive=interactive,
+            module=module,
         )
         self.started.append(child)
         return child

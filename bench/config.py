@@ -1,10 +1,15 @@
-"""What one ``make bench`` run measures, and how big: read from the environment once.
+"""What one ``make bench`` (or ``make soak``) run measures, and how big: read from the
+environment once.
 
 The defaults are the full sizes of issue 6 (workload W: 10,000 due reminders; the poll with
 10k and 1M pending rows; RSS after 10k and 100k timers). ``BENCH_SIZE=smoke`` switches every
 default to a size that runs end to end in about a minute; each ``BENCH_*`` variable still
 overrides its own value. A run below any full size is labelled ``"size": "smoke"`` in its
 results, whatever set it, so that its numbers are never read as a measurement.
+
+``SoakConfig`` is ``make soak``'s: minutes of steady load per phase and the publishing rate
+(issue 11: 30 minutes at 40 start events a second); a run with less of either is labelled
+``"size": "short"`` the same way.
 """
 
 from __future__ import annotations
@@ -111,4 +116,72 @@ def _positive(env: dict[str, str] | os._Environ[str], name: str, default: int) -
         raise SystemExit(f"{name} must be a positive integer, not {raw!r}") from None
     if value < 1:
         raise SystemExit(f"{name} must be a positive integer, not {raw!r}")
+    return value
+
+
+# -- make soak --------------------------------------------------------------------------------
+
+SOAK_FULL_MINUTES = 30.0  # per phase, as issue 11 asks
+SOAK_FULL_RATE = 40.0  # start events a second
+
+
+@dataclass(frozen=True)
+class SoakConfig:
+    """What one ``make soak`` run does (bench/soak.py); see bench/README.md."""
+
+    minutes: float  # steady load per phase
+    rate: float  # start events a second, published at a fixed pace
+    sample_s: float  # seconds between two samples
+    min_delay_ms: int  # each start step schedules its reminder this far ahead, or more,
+    max_delay_ms: int  # ... up to this (uniformly spread, one seeded generator per phase)
+    poll_interval_s: float  # the dispatchers' POLL_INTERVAL
+    pg_host: str
+    pg_port: int
+    pg_user: str
+    database: str  # the soak's own database: created for the run, dropped after it
+
+    @property
+    def size(self) -> str:
+        """``"full"`` for at least 30 minutes a phase at 40 events a second, else ``"short"``."""
+        full = self.minutes >= SOAK_FULL_MINUTES and self.rate >= SOAK_FULL_RATE
+        return "full" if full else "short"
+
+    def database_url(self, application_name: str | None = None) -> str:
+        """The soak database's URL; ``application_name`` names the session in
+        ``pg_stat_activity`` (django-environ passes it on as a connection option)."""
+        url = f"postgres://{self.pg_user}@{self.pg_host}:{self.pg_port}/{self.database}"
+        return f"{url}?application_name={application_name}" if application_name else url
+
+
+def soak_from_environment(environ: dict[str, str] | None = None) -> SoakConfig:
+    """Read ``BENCH_SOAK_*`` and ``BENCH_PG_*``; a bad value is a ``SystemExit`` naming it."""
+    env = os.environ if environ is None else environ
+    database = env.get("BENCH_SOAK_DATABASE", "bsft_saga_soak")
+    if not database.startswith("bsft_saga_soak"):
+        # The soak drops the database it used: never let it near another one.
+        raise SystemExit("BENCH_SOAK_DATABASE must start with 'bsft_saga_soak'")
+    return SoakConfig(
+        minutes=_positive_float(env, "BENCH_SOAK_MINUTES", SOAK_FULL_MINUTES),
+        rate=_positive_float(env, "BENCH_SOAK_RATE", SOAK_FULL_RATE),
+        sample_s=_positive_float(env, "BENCH_SOAK_SAMPLE_S", 10.0),
+        min_delay_ms=2_000,
+        max_delay_ms=10_000,
+        poll_interval_s=_positive_float(env, "BENCH_SOAK_POLL_INTERVAL", 1.0),
+        pg_host=env.get("BENCH_PG_HOST", "127.0.0.1"),
+        pg_port=_positive(env, "BENCH_PG_PORT", 5432),
+        pg_user=env.get("BENCH_PG_USER", "postgres"),
+        database=database,
+    )
+
+
+def _positive_float(env: dict[str, str] | os._Environ[str], name: str, default: float) -> float:
+    raw = env.get(name)
+    if raw is None or raw == "":
+        return default
+    try:
+        value = float(raw.replace("_", ""))
+    except ValueError:
+        raise SystemExit(f"{name} must be a positive number, not {raw!r}") from None
+    if not value > 0:
+        raise SystemExit(f"{name} must be a positive number, not {raw!r}")
     return value

@@ -2,17 +2,19 @@
 
 Every database the bench touches is named ``bsft_saga_bench*`` (see ``config``): the main
 one holds the step and drain runs, and the poll gets two of its own, created for the run
-and dropped after it. Nothing here connects to the test databases or to ``bsft_saga``.
+and dropped after it. ``make soak`` has ``bsft_saga_soak*``, created and dropped the same
+way. Nothing here connects to the test databases or to ``bsft_saga``.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Protocol
 
 import psycopg
 from psycopg import sql
 
-from bench.config import Config
+# The only databases this module drops or empties.
+OWN_PREFIXES = ("bsft_saga_bench", "bsft_saga_soak")
 
 # Reported with the results: what decides how much a commit costs on this server.
 SERVER_SETTINGS = (
@@ -26,7 +28,15 @@ SERVER_SETTINGS = (
 )
 
 
-def _maintenance(config: Config) -> psycopg.Connection[Any]:
+class Server(Protocol):
+    """Where the PostgreSQL server is: ``config.Config`` and ``config.SoakConfig``."""
+
+    pg_host: str
+    pg_port: int
+    pg_user: str
+
+
+def _maintenance(config: Server) -> psycopg.Connection[Any]:
     try:
         return psycopg.connect(
             host=config.pg_host,
@@ -38,12 +48,12 @@ def _maintenance(config: Config) -> psycopg.Connection[Any]:
         )
     except psycopg.OperationalError as exc:
         raise SystemExit(
-            f"make bench needs PostgreSQL at {config.pg_host}:{config.pg_port} "
+            f"the bench needs PostgreSQL at {config.pg_host}:{config.pg_port} "
             f"(user {config.pg_user}): {exc}"
         ) from None
 
 
-def ensure_database(config: Config, name: str) -> None:
+def ensure_database(config: Server, name: str) -> None:
     """Create ``name`` unless it exists (like the Makefile's PG_CHECK)."""
     with _maintenance(config) as conn:
         exists = conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", [name]).fetchone()
@@ -51,29 +61,29 @@ def ensure_database(config: Config, name: str) -> None:
             conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
 
 
-def recreate_database(config: Config, name: str) -> None:
+def recreate_database(config: Server, name: str) -> None:
     """Drop ``name`` if a crashed run left it behind, then create it empty."""
     drop_database(config, name)
     with _maintenance(config) as conn:
         conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
 
 
-def drop_database(config: Config, name: str) -> None:
-    assert name.startswith("bsft_saga_bench"), name
+def drop_database(config: Server, name: str) -> None:
+    assert name.startswith(OWN_PREFIXES), name
     with _maintenance(config) as conn:
         conn.execute(
             sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
         )
 
 
-def server_facts() -> dict[str, str]:
-    """The settings in ``SERVER_SETTINGS``, as ``SHOW`` prints them (Django's connection)."""
+def server_facts(names: tuple[str, ...] = SERVER_SETTINGS) -> dict[str, str]:
+    """The settings ``names``, as ``SHOW`` prints them (Django's connection)."""
     from django.db import connection
 
     with connection.cursor() as cursor:
         cursor.execute(
             "SELECT name, current_setting(name) FROM unnest(%s::text[]) AS name",
-            [list(SERVER_SETTINGS)],
+            [list(names)],
         )
         return dict(cursor.fetchall())
 

@@ -118,12 +118,17 @@ def build(
 def write(document: dict[str, Any]) -> None:
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
     RESULTS.write_text(json.dumps(document, indent=2) + "\n", encoding="utf-8")
-    text = PERFORMANCE_DOC.read_text(encoding="utf-8")
-    if BEGIN not in text or END not in text:
-        raise SystemExit(f"{PERFORMANCE_DOC} has lost its {BEGIN} … {END} markers")
-    head, rest = text.split(BEGIN, 1)
-    _old, tail = rest.split(END, 1)
-    PERFORMANCE_DOC.write_text(f"{head}{BEGIN}\n{markdown(document)}{END}{tail}", encoding="utf-8")
+    replace_section(PERFORMANCE_DOC, BEGIN, END, markdown(document))
+
+
+def replace_section(path: Path, begin: str, end: str, body: str) -> None:
+    """Rewrite the text between the markers ``begin`` and ``end`` of ``path``, only that."""
+    text = path.read_text(encoding="utf-8")
+    if begin not in text or end not in text:
+        raise SystemExit(f"{path} has lost its {begin} … {end} markers")
+    head, rest = text.split(begin, 1)
+    _old, tail = rest.split(end, 1)
+    path.write_text(f"{head}{begin}\n{body}{end}{tail}", encoding="utf-8")
 
 
 def git_facts() -> dict[str, Any]:

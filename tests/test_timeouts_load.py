@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Mapping
-from datetime import datetime
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -23,10 +23,11 @@ from bsft_saga.models import (
     SagaTimeout,
     TimeoutOutcome,
 )
+from bsft_saga.timeouts.dispatcher import drain_due
 from tests.services import require_postgres_backend
 from tests.testapp.bulk import bulk_start_counters
-from tests.testapp.load_events import CountStarted, CountWake
-from tests.testapp.load_flows import RACE_TIMER, CountingFlow, RaceFlow
+from tests.testapp.load_events import CountStarted, CountWake, SoakStarted
+from tests.testapp.load_flows import RACE_TIMER, CountingFlow, RaceFlow, SoakReminderFlow
 from tests.workers.timer_support import supervised
 
 BACKLOG = 10_000
@@ -69,6 +70,19 @@ def test_bulk_rows_have_the_shape_the_engine_writes() -> None:
     in_bulk = SagaInstance.objects.get(correlation_key="in-bulk")
 
     assert _shape(in_bulk) == {**_shape(by_engine), "payloads": [CountWake("in-bulk")]}
+
+
+@pytest.mark.django_db
+def test_the_soak_flow_completes_when_its_reminder_fires() -> None:
+    publish(SoakStarted("soak-1", remind_after_ms=2500))
+    saga = SagaInstance.objects.get(saga_type=SoakReminderFlow.saga_type)
+    timer = saga.timeouts.get()
+    assert timer.due_at - timer.scheduled_at == timedelta(milliseconds=2500)
+
+    report = drain_due(now=timer.due_at)
+
+    saga.refresh_from_db()
+    assert (report.fired, saga.is_complete, saga.inbox_entries.count()) == (1, True, 2)
 
 
 @pytest.mark.slow

@@ -70,3 +70,18 @@ class BenchReminderRequested:
 @dataclass(frozen=True)
 class BenchReminderDue:
     request_id: str
+
+
+@event("tests.load.soak-started")
+@dataclass(frozen=True)
+class SoakStarted:
+    """``make soak``'s start event: its reminder is due ``remind_after_ms`` later."""
+
+    soak_id: str
+    remind_after_ms: int
+
+
+@event("tests.load.soak-reminder-due")
+@dataclass(frozen=True)
+class SoakReminderDue:
+    soak_id: str

@@ -1,4 +1,5 @@
-"""Flows of the load, fault-injection and race tests, and of ``make bench`` (bench/).
+"""Flows of the load, fault-injection and race tests, and of ``make bench`` and ``make soak``
+(bench/).
 
 Every flow here is deliberately tiny: what these tests count is how often a step ran,
 so each body does one observable thing.
@@ -22,6 +23,8 @@ from tests.testapp.load_events import (
     ReminderDone,
     ReminderDue,
     ReminderStarted,
+    SoakReminderDue,
+    SoakStarted,
 )
 
 WAKE_TIMER = "wake"
@@ -29,6 +32,7 @@ REMINDER_TIMER = "remind"
 RACE_TIMER = "reminder"
 BENCH_REMINDER_TIMER = "remind"
 BENCH_REMINDER_DELAY = timedelta(hours=1)
+SOAK_REMINDER_TIMER = "remind"
 
 
 @dataclass
@@ -148,4 +152,38 @@ class BenchReminderFlow(SagaFlow):
         )
 
 
-FLOWS: list[type[SagaFlow]] = [CountingFlow, ReminderFlow, RaceFlow, BenchReminderFlow]
+def _remind_later(ctx: Any, e: SoakStarted) -> None:
+    ctx.schedule_timeout(
+        SOAK_REMINDER_TIMER, timedelta(milliseconds=e.remind_after_ms), SoakReminderDue(e.soak_id)
+    )
+
+
+class SoakReminderFlow(SagaFlow):
+    """``make soak``'s flow: the start step schedules a reminder a few seconds ahead, and the
+    step it wakes completes the saga.
+
+    So every saga lives a few seconds and leaves only retired rows behind: under a steady
+    rate the pending set stays the same size while the tables churn (an instance, two inbox
+    rows and a timer written, the timer updated by its claim and its stamp, the instance by
+    its completion), which is what the soak watches for drift.
+    """
+
+    saga_type = "tests.load.soak-reminder"
+
+    def configure(self, factory: Any) -> None:
+        (
+            factory.stateless()
+            .start_with(SoakStarted, key=lambda e: e.soak_id)
+            .then(_remind_later)
+            .wait_for(SoakReminderDue, key=lambda e: e.soak_id)
+            .complete()
+        )
+
+
+FLOWS: list[type[SagaFlow]] = [
+    CountingFlow,
+    ReminderFlow,
+    RaceFlow,
+    BenchReminderFlow,
+    SoakReminderFlow,
+]
