@@ -318,7 +318,13 @@ class SagaTimeout(DeliveryRow):
                 name="bsft_saga_timeout_ready_idx",
                 condition=Q(dispatched_at__isnull=True),
             ),
-            models.Index(fields=["dispatched_at"], name="bsft_saga_timeout_retired_idx"),
+            # Retired rows only: a pending row never enters it, and the planner cannot pick
+            # it to find pending rows ("dispatched_at IS NULL") instead of the ready index.
+            models.Index(
+                fields=["dispatched_at"],
+                name="bsft_saga_timeout_retired_idx",
+                condition=Q(dispatched_at__isnull=False),
+            ),
             models.Index(
                 fields=["dead_lettered_at"],
                 name="bsft_saga_timeout_dead_idx",

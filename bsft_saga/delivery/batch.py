@@ -103,10 +103,14 @@ def claim(
     if features.has_select_for_update_skip_locked:
         with transaction.atomic():
             # Rows another pass is claiming right now are skipped, not waited for, so
-            # concurrent passes take disjoint batches.
+            # concurrent passes take disjoint batches. The inner query picks and locks ids
+            # alone, walking the ready index; only the rows it took are joined to their
+            # related rows (a join before the LIMIT lets the planner read every saga).
+            # Locking them again (ours already) makes the outer read their latest version.
             of = ("self",) if features.has_select_for_update_of else ()
-            locking = channel.load(candidates).select_for_update(skip_locked=True, of=of)
-            rows, given_up = _sort_out(list(locking[:limit]), max_attempts)
+            taken = candidates.select_for_update(skip_locked=True).values("pk")[:limit]
+            locked = channel.load(every_row.filter(pk__in=taken)).select_for_update(of=of)
+            rows, given_up = _sort_out(list(locked.in_ready_order()), max_attempts)
             _give_up(channel, every_row.filter(pk__in=_pks(given_up)), given_up, now)
             if rows:
                 every_row.filter(pk__in=_pks(rows)).update(**fields, **_counted(rows))
