@@ -98,7 +98,7 @@ class Sampler:
         with transaction.atomic():
             rows = claim(
                 TIMERS, limit=self.batch_size, token=uuid.uuid4(), now=clock.now(), lease=self.lease
-            )
+            ).rows
             transaction.set_rollback(True)
         return rows
 
