@@ -1,16 +1,21 @@
-"""The persistence window: one ``transaction.atomic`` per handled event.
+"""The persistence window: the writes of one handled event, all or nothing.
 
 It writes, in this order: the state advance with a version check (which also locks the
 instance row, serialising every other writer of this saga) or the insert of a new
 instance, the inbox row, the timer writes and the outbox rows. Either all of them commit
 or none does. Outbox delivery and telemetry are registered with ``on_commit``.
 
-Outside any transaction the window is the transaction (no savepoint). Inside a caller's
-transaction (a ``transaction.atomic`` of the caller's, or the batch of a dispatch pass) it
-is a savepoint of it, so that a lost race rolls back this event's writes alone and is
-re-applied against fresh state. Nothing in it needs a savepoint of its own: a new
-instance's timers are one INSERT, and an existing instance's writes are serialised by its
-version-checked update.
+How the "all or nothing" is had depends on where the event is handled, so that the hot
+paths pay no more statements than they must (``tests/test_delivery_statements.py``):
+
+- a new instance outside any transaction: its writes are one statement on PostgreSQL
+  (``sql.insert_together``), a ``transaction.atomic`` of their own elsewhere;
+- an event a timer or an outbox row delivers (``sending.sent_in_isolation``): that delivery
+  already runs the send in a savepoint it rolls back on any failure, so the window adds
+  none; on PostgreSQL the advance and its inbox row are one statement
+  (``sql.update_then_insert``);
+- anything else: a ``transaction.atomic`` (a savepoint inside a caller's transaction), so
+  a lost race rolls back this event's writes alone and is re-applied on fresh state.
 """
 
 from __future__ import annotations
