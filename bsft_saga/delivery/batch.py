@@ -13,7 +13,7 @@ from datetime import datetime, timedelta
 from typing import Any, Generic
 
 from django.db import DatabaseError, connection, transaction
-from django.db.models import F
+from django.db.models import F, prefetch_related_objects
 
 from bsft_saga import clock, sql, telemetry
 from bsft_saga.conf import TimeoutSettings, saga_settings
@@ -99,18 +99,15 @@ def claim(
     until = now + lease
     fields: dict[str, Any] = {"claim_token": token, "claimed_until": until}
     every_row = channel.all_rows()
-    features = connection.features
-    if features.has_select_for_update_skip_locked:
+    if connection.features.has_select_for_update_skip_locked:
         with transaction.atomic():
             # Rows another pass is claiming right now are skipped, not waited for, so
-            # concurrent passes take disjoint batches. The inner query picks and locks ids
-            # alone, walking the ready index; only the rows it took are joined to their
-            # related rows (a join before the LIMIT lets the planner read every saga).
-            # Locking them again (ours already) makes the outer read their latest version.
-            of = ("self",) if features.has_select_for_update_of else ()
-            taken = candidates.select_for_update(skip_locked=True).values("pk")[:limit]
-            locked = channel.load(every_row.filter(pk__in=taken)).select_for_update(of=of)
-            rows, given_up = _sort_out(list(locked.in_ready_order()), max_attempts)
+            # concurrent passes take disjoint batches. The locking query reads the table
+            # alone, down the ready index; the related rows of those it took are loaded
+            # after it (joined into it, the planner may read every saga before the LIMIT).
+            locking = candidates.select_for_update(skip_locked=True)
+            rows, given_up = _sort_out(list(locking[:limit]), max_attempts)
+            prefetch_related_objects([*rows, *given_up], *channel.related)
             _give_up(channel, every_row.filter(pk__in=_pks(given_up)), given_up, now)
             if rows:
                 every_row.filter(pk__in=_pks(rows)).update(**fields, **_counted(rows))
