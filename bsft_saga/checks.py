@@ -6,7 +6,7 @@ from typing import Any
 
 from django.conf import settings
 from django.core.checks import CheckMessage, Error, Tags, Warning, register
-from django.db import connections
+from django.db import connections, router
 
 from bsft_saga.conf import SETTING_NAME, validate
 
@@ -85,6 +85,33 @@ def check_calendars(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage
         )
         for key, message in problems()
     ]
+
+
+@register(Tags.database)
+def check_partial_constraints(
+    app_configs: Any = None, databases: Any = None, **kwargs: Any
+) -> list[CheckMessage]:
+    """E003: the uniqueness bsft_saga relies on needs partial unique constraints."""
+    from bsft_saga.models import SagaInstance
+
+    errors: list[CheckMessage] = []
+    for alias in databases or ():
+        connection = connections[alias]
+        hosts_sagas = router.allow_migrate_model(alias, SagaInstance)
+        if hosts_sagas and not connection.features.supports_partial_indexes:
+            errors.append(
+                Error(
+                    f"The database backend {connection.display_name!r} cannot enforce a "
+                    "unique constraint with a condition: two active instances of one "
+                    "correlation key, or two pending timers of one name, could be written "
+                    "by concurrent events.",
+                    hint="Keep bsft_saga's tables on PostgreSQL (production) or SQLite "
+                    "(development); see docs/configuration.md.",
+                    obj=f"DATABASES[{alias!r}]",
+                    id="bsft_saga.E003",
+                )
+            )
+    return errors
 
 
 @register(Tags.database)

@@ -1,4 +1,4 @@
-"""Guards for tests that need a real PostgreSQL or Redis.
+"""Guards for tests that need a real PostgreSQL, Redis or MariaDB.
 
 A developer without the service gets a skip that says what is missing and where it was
 looked for. Under ``CI=true`` the same situation is a failure: CI provides both services, so
@@ -12,13 +12,17 @@ backend, in CI too, because ``make test`` runs the whole suite a second time on 
 from __future__ import annotations
 
 import os
-from typing import NoReturn
+from typing import Any, NoReturn
 from urllib.parse import urlsplit
 
 import pytest
 
 DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/15"
 DEFAULT_POSTGRES_DSN = "host=127.0.0.1 port=5432 user=postgres dbname=postgres"
+#: The MariaDB the unsupported-backend test points Django at (``BSFT_SAGA_MARIADB_*``).
+MARIADB_HOST = os.environ.get("BSFT_SAGA_MARIADB_HOST", "127.0.0.1")
+MARIADB_PORT = int(os.environ.get("BSFT_SAGA_MARIADB_PORT", "3306"))
+MARIADB_USER = os.environ.get("BSFT_SAGA_MARIADB_USER", "root")
 CONNECT_TIMEOUT_SECONDS = 2
 
 
@@ -117,3 +121,30 @@ def _redact(url: str) -> str:
         return url
     netloc = parts.netloc.replace(f":{parts.password}@", ":***@", 1)
     return parts._replace(netloc=netloc).geturl()
+
+
+def connect_mariadb(database: str | None = None) -> Any:
+    """A PyMySQL connection (autocommit) to the MariaDB of the tests."""
+    import pymysql
+
+    return pymysql.connect(
+        host=MARIADB_HOST,
+        port=MARIADB_PORT,
+        user=MARIADB_USER,
+        database=database,
+        autocommit=True,
+        connect_timeout=CONNECT_TIMEOUT_SECONDS,
+    )
+
+
+def require_mariadb() -> None:
+    """Return if MariaDB accepts connections (via PyMySQL); otherwise skip (fail under CI)."""
+    address = f"{MARIADB_HOST}:{MARIADB_PORT} (user {MARIADB_USER})"
+    try:
+        import pymysql
+    except ImportError as exc:
+        _unavailable("MariaDB", address, f"PyMySQL is not installed ({exc})")
+    try:
+        connect_mariadb().close()
+    except pymysql.MySQLError as exc:
+        _unavailable("MariaDB", address, str(exc).strip())
