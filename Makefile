@@ -60,7 +60,7 @@ $(STAMP): pyproject.toml
 
 lint: venv
 	$(VENV)/bin/ruff check .
-	$(VENV)/bin/mypy bsft_saga tests sample_project
+	$(VENV)/bin/mypy bsft_saga tests sample_project bench
 
 test-sqlite: venv
 	DATABASE_URL=$(SQLITE_DATABASE_URL) $(VENV)/bin/pytest $(PYTEST_ARGS)

@@ -31,9 +31,12 @@ SERVER_SETTINGS = (
 class Server(Protocol):
     """Where the PostgreSQL server is: ``config.Config`` and ``config.SoakConfig``."""
 
-    pg_host: str
-    pg_port: int
-    pg_user: str
+    @property
+    def pg_host(self) -> str: ...
+    @property
+    def pg_port(self) -> int: ...
+    @property
+    def pg_user(self) -> str: ...
 
 
 def _maintenance(config: Server) -> psycopg.Connection[Any]:

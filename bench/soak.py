@@ -88,7 +88,7 @@ def main() -> int:
         f"database {config.database}",
         file=sys.stderr,
     )
-    facts = {
+    facts: dict[str, Any] = {
         "machine": {**report.machine_facts(), "load_average_before": _load()},
         "postgresql": {**database.server_facts(), **sampler.settings_facts()},
         "django": django.get_version(),
@@ -210,7 +210,8 @@ def sample_steadily(
 ) -> list[dict[str, Any]]:
     """A sample at 0 s and every ``every`` seconds after, until ``seconds`` are up; between
     two, the autovacuum stand-in's check (bench/vacuum.py), where the server needs one."""
-    samples, number = [], 0
+    samples: list[dict[str, Any]] = []
+    number = 0
     while True:
         t = number * every
         if t > seconds + 1e-6:

@@ -107,6 +107,7 @@ def _copy_expressions(
         if isinstance(field, models.AutoField):
             continue  # BigAutoField too: the sequence numbers the copies
         column = field.column
+        assert column is not None  # a concrete field has a column
         if column in overrides:
             expression = overrides[column]
         elif isinstance(field, models.CharField | models.TextField):
