@@ -133,24 +133,34 @@ def update_then_insert(
             insert(into, [row])
         return matched
     nulls = frozenset(name for name, value in where.items() if value is None)
-    update_sql = _update_sql(model, tuple(values), tuple(where), nulls, connection.vendor)
-    fields = _insert_fields(into, tuple(row))
-    columns = ", ".join(_quoted(field.column) for field in fields)
-    # Each value typed as its column: INSERT … SELECT resolves untyped parameters as text.
-    selected = ", ".join(f"CAST(%s AS {field.db_type(connection)})" for field in fields)
-    sql = (
-        f'WITH "w0" AS ({update_sql} RETURNING 1) '
-        f'INSERT INTO {_quoted(into._meta.db_table)} ({columns}) SELECT {selected} FROM "w0"'
-    )
-    params = _update_params(model, values, where, nulls) + [
-        field.get_db_prep_save(
-            row[field.name] if field.name in row else field.get_default(), connection
-        )
-        for field in fields
-    ]
+    names = tuple(row)
+    sql = _update_then_insert_sql(model, tuple(values), tuple(where), nulls, into, names)
+    params = _update_params(model, values, where, nulls)
+    params += _row_params(_insert_fields(into, names), row)
     with connection.cursor() as cursor:
         cursor.execute(sql, params)
         return int(cursor.rowcount)
+
+
+@cache
+def _update_then_insert_sql(
+    model: type[models.Model],
+    set_names: tuple[str, ...],
+    where_names: tuple[str, ...],
+    nulls: frozenset[str],
+    into: type[models.Model],
+    names: tuple[str, ...],
+) -> str:
+    """PostgreSQL's ``WITH "w0" AS (UPDATE … RETURNING 1) INSERT … SELECT … FROM "w0"``."""
+    update_sql = _update_sql(model, set_names, where_names, nulls, "postgresql")
+    fields = _insert_fields(into, names)
+    columns = ", ".join(_quoted(field.column) for field in fields)
+    # Each value typed as its column: INSERT … SELECT resolves untyped parameters as text.
+    selected = ", ".join(f"CAST(%s AS {field.db_type(connection)})" for field in fields)
+    return (
+        f'WITH "w0" AS ({update_sql} RETURNING 1) '
+        f'INSERT INTO {_quoted(into._meta.db_table)} ({columns}) SELECT {selected} FROM "w0"'
+    )
 
 
 def select_one(
@@ -198,13 +208,16 @@ def _field(model: type[models.Model], name: str) -> Field[Any, Any]:
     return field
 
 
-def _insert_fields(model: type[models.Model], names: tuple[str, ...]) -> list[Field[Any, Any]]:
+@cache
+def _insert_fields(
+    model: type[models.Model], names: tuple[str, ...]
+) -> tuple[Field[Any, Any], ...]:
     """Every concrete field, but an auto-incremented primary key the rows leave out."""
-    return [
+    return tuple(
         field
         for field in model._meta.concrete_fields
         if field.name in names or not isinstance(field, models.AutoField)
-    ]
+    )
 
 
 def _quoted(name: str | None) -> str:
