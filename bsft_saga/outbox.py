@@ -179,7 +179,6 @@ def _deliver_claimed(
             max_attempts=config.max_dispatch_attempts,
             only=only,
         )
-        batch.count_given_up(channel, claimed)
         rows, given_up = claimed.rows, len(claimed.dead_lettered)
         skipped = len(only) - len(rows) - given_up if only is not None else 0
         if not rows:

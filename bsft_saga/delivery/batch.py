@@ -84,7 +84,8 @@ def claim(
     short transaction, before anything is published: a pass that dies later leaves its rows
     claimed until the lease has run out, and a pass whose lease ran out is fenced, because
     every later write of its rows matches on its token. Returns the claimed rows, in
-    delivery order, with the channel's related rows loaded.
+    delivery order, with the channel's related rows loaded. Rows it dead-letters instead
+    are counted (``dead_lettered_counter``) and returned apart.
 
     A row whose previous claim ran out (its pass never finished and never gave it back)
     may be what killed that pass: claiming it again counts an attempt (``ClaimAbandoned``),
@@ -115,7 +116,8 @@ def claim(
         # Read which rows are ready outside the transaction (one that reads first and
         # writes later can be refused SQLite's write lock), then write with the
         # conditions again: only rows still claimable while the UPDATE runs are taken.
-        rows, given_up = _sort_out(list(channel.load(candidates)[:limit]), max_attempts)
+        rows, given_up = _sort_out(list(candidates[:limit]), max_attempts)
+        prefetch_related_objects(given_up, *channel.related)  # the claimed ones: reloaded
         with transaction.atomic():
             still_claimable = channel.claimable(now)
             _give_up(channel, still_claimable.filter(pk__in=_pks(given_up)), given_up, now)
@@ -124,6 +126,8 @@ def claim(
                 rows = list(channel.load(channel.held(token)).in_ready_order())
     for row in rows:
         row.claim_token, row.claimed_until = token, until
+    for row in given_up:  # committed: counted like the rows a delivery dead-letters
+        telemetry.count(channel.dead_lettered_counter, channel.saga_type(row))
     return Claimed(rows, given_up)
 
 
@@ -254,12 +258,6 @@ def count_outcomes(channel: Channel[Any], delivered: Delivered) -> None:
         if counter is not None:
             for saga_type, n in delivered.by_saga_type(channel, outcome).items():
                 telemetry.count(counter, saga_type, n)
-
-
-def count_given_up(channel: Channel[Any], claimed: Claimed[Any]) -> None:
-    """Add the rows a claim dead-lettered (their claims kept running out) to the counters."""
-    for row in claimed.dead_lettered:
-        telemetry.count(channel.dead_lettered_counter, channel.saga_type(row))
 
 
 def _raise_if_transaction_broken(exc: BaseException) -> None:

@@ -31,7 +31,7 @@ class Channel(ABC, Generic[R]):
     #: The counters (keys of ``telemetry.COUNTERS``) a delivered / dead-lettered row adds to.
     delivered_counter: ClassVar[str | None] = None
     dead_lettered_counter: ClassVar[str]
-    #: Related rows loaded with each claimed row (``select_related``).
+    #: Related rows loaded with each claimed row (joined, or fetched after the claim).
     related: ClassVar[tuple[str, ...]] = ()
     #: The columns that are null while a row is open (``open_rows()`` as equality, for the
     #: hot path's statements in :mod:`bsft_saga.sql`).

@@ -27,7 +27,7 @@ from django.db import transaction
 from bsft_saga import clock, telemetry
 from bsft_saga.conf import saga_settings
 from bsft_saga.delivery import recovery
-from bsft_saga.delivery.batch import Outcome, claim, count_given_up, count_outcomes, deliver
+from bsft_saga.delivery.batch import Outcome, claim, count_outcomes, deliver
 from bsft_saga.models import SagaTimeout, TimeoutOutcome
 from bsft_saga.timeouts.catch_up import select_missed
 from bsft_saga.timeouts.channel import TIMERS
@@ -88,7 +88,6 @@ def drain_due(*, batch_size: int | None = None, now: datetime | None = None) -> 
             lease=config.claim_lease,
             max_attempts=config.max_dispatch_attempts,
         )
-        count_given_up(TIMERS, claimed)
         rows = claimed.rows
         if not rows:
             return DrainReport(fired=recovered.delivered, dead_lettered=len(claimed.dead_lettered))
