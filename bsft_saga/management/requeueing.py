@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from typing import Any, ClassVar
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
@@ -25,7 +25,8 @@ class RequeueCommand(BaseCommand):
     def parse_ids(self, values: Iterable[Any]) -> list[Any]:
         raise NotImplementedError
 
-    def requeue(self) -> Callable[[list[Any] | None], RequeueResult]:
+    def requeue(self, ids: list[Any] | None) -> RequeueResult:
+        """Requeue these ids (``None``: every dead letter of the table)."""
         raise NotImplementedError
 
     def add_arguments(self, parser: CommandParser) -> None:
@@ -46,7 +47,7 @@ class RequeueCommand(BaseCommand):
 
     def handle(self, *args: Any, **options: Any) -> None:
         ids = None if options["all_dead_lettered"] else self.parse_ids(options["ids"])
-        result = self.requeue()(ids)
+        result = self.requeue(ids)
         if int(options["verbosity"]) >= 1:
             for pk, reason in result.refused:
                 self.stderr.write(self.style.WARNING(f"refused {pk}: {reason}"))

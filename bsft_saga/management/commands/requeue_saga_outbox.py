@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from typing import Any
 
 from bsft_saga.delivery.requeue import RequeueResult
@@ -25,5 +25,5 @@ class Command(RequeueCommand):
     def parse_ids(self, values: Iterable[Any]) -> list[Any]:
         return arguments.uuids("--id", values)
 
-    def requeue(self) -> Callable[[list[Any] | None], RequeueResult]:
-        return requeue_dead_lettered
+    def requeue(self, ids: list[Any] | None) -> RequeueResult:
+        return requeue_dead_lettered(ids)
