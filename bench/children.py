@@ -70,16 +70,9 @@ class Child:
 
     def report(self, timeout: float) -> dict[str, Any]:
         """Wait for a clean exit; return the JSON line it printed last."""
-        try:
-            code = self.process.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            raise RuntimeError(
-                f"{self.name} still running after {timeout}s{self._stderr()}"
-            ) from None
-        lines = self.stdout_path.read_text().strip().splitlines()
-        if code != 0 or not lines:
-            raise RuntimeError(f"{self.name} exited with {code}{self._stderr()}")
-        result: dict[str, Any] = json.loads(lines[-1])
+        result: dict[str, Any] = json.loads(
+            self._last_line(timeout, f"still running after {timeout}s")
+        )
         return result
 
     def ask(self, request: str) -> dict[str, Any]:
@@ -113,12 +106,15 @@ class Child:
         """SIGTERM, wait for a clean exit, return the last line it printed."""
         self.check_alive()
         self.process.send_signal(signal.SIGTERM)
+        return self._last_line(timeout, f"still running {timeout}s after SIGTERM")
+
+    def _last_line(self, timeout: float, still_running: str) -> str:
+        """Wait for a clean exit; return the last line it printed (``still_running`` says
+        what the error says if it does not exit within ``timeout``)."""
         try:
             code = self.process.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
-            raise RuntimeError(
-                f"{self.name} still running {timeout}s after SIGTERM{self._stderr()}"
-            ) from None
+            raise RuntimeError(f"{self.name} {still_running}{self._stderr()}") from None
         lines = self.stdout_path.read_text().strip().splitlines()
         if code != 0 or not lines:
             raise RuntimeError(f"{self.name} exited with {code}{self._stderr()}")

@@ -15,7 +15,9 @@ results, whatever set it, so that its numbers are never read as a measurement.
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, fields
+from typing import TypeVar
 
 MIN_ROUNDS = 3
 
@@ -106,16 +108,30 @@ def from_environment(environ: dict[str, str] | None = None) -> Config:
     )
 
 
-def _positive(env: dict[str, str] | os._Environ[str], name: str, default: int) -> int:
+Environment = dict[str, str] | os._Environ[str]
+Number = TypeVar("Number", int, float)
+
+
+def _positive(env: Environment, name: str, default: int) -> int:
+    return _positive_number(env, name, default, int, "integer")
+
+
+def _positive_float(env: Environment, name: str, default: float) -> float:
+    return _positive_number(env, name, default, float, "number")
+
+
+def _positive_number(
+    env: Environment, name: str, default: Number, parse: Callable[[str], Number], kind: str
+) -> Number:
     raw = env.get(name)
     if raw is None or raw == "":
         return default
     try:
-        value = int(raw.replace("_", ""))
+        value = parse(raw.replace("_", ""))
     except ValueError:
-        raise SystemExit(f"{name} must be a positive integer, not {raw!r}") from None
-    if value < 1:
-        raise SystemExit(f"{name} must be a positive integer, not {raw!r}")
+        raise SystemExit(f"{name} must be a positive {kind}, not {raw!r}") from None
+    if not value > 0:
+        raise SystemExit(f"{name} must be a positive {kind}, not {raw!r}")
     return value
 
 
@@ -172,16 +188,3 @@ def soak_from_environment(environ: dict[str, str] | None = None) -> SoakConfig:
         pg_user=env.get("BENCH_PG_USER", "postgres"),
         database=database,
     )
-
-
-def _positive_float(env: dict[str, str] | os._Environ[str], name: str, default: float) -> float:
-    raw = env.get(name)
-    if raw is None or raw == "":
-        return default
-    try:
-        value = float(raw.replace("_", ""))
-    except ValueError:
-        raise SystemExit(f"{name} must be a positive number, not {raw!r}") from None
-    if not value > 0:
-        raise SystemExit(f"{name} must be a positive number, not {raw!r}")
-    return value

@@ -14,7 +14,7 @@ import operator
 import os
 import platform
 import subprocess
-from collections.abc import Callable
+from collections.abc import Callable, Container, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -95,15 +95,12 @@ def build(
     assert set(rounds) == set(KEYS), sorted(set(rounds) ^ set(KEYS))
     metrics = {key: median(rounds[key]) for key in KEYS}
     targets = [target.check(metrics) for target in TARGETS]
-    document: dict[str, Any] = {"size": size}
-    if size != "full":
-        document["warning"] = (
-            "smoke run: reduced sizes on whatever machine this was; the numbers only show "
-            "that the bench runs end to end. Do not commit this file."
-        )
+    document = document_head(
+        size,
+        "smoke run: reduced sizes on whatever machine this was; the numbers only show "
+        "that the bench runs end to end. Do not commit this file.",
+    )
     document.update(
-        written_at=datetime.now(UTC).isoformat(timespec="seconds"),
-        git=git_facts(),
         sizes=sizes,
         metrics={key: round(metrics[key], 3) for key in KEYS},
         targets=targets,
@@ -111,6 +108,19 @@ def build(
         rounds={key: [round(v, 3) for v in rounds[key]] for key in KEYS},
         **facts,
         rounds_detail=detail,
+    )
+    return document
+
+
+def document_head(size: str, warning: str) -> dict[str, Any]:
+    """A results document's first keys: its size, ``warning`` unless the size is full, when
+    it was written and from which commit."""
+    document: dict[str, Any] = {"size": size}
+    if size != "full":
+        document["warning"] = warning
+    document.update(
+        written_at=datetime.now(UTC).isoformat(timespec="seconds"),
+        git=git_facts(),
     )
     return document
 
@@ -203,28 +213,35 @@ def _rows(document: dict[str, Any]) -> list[tuple[str, str, str, str, str]]:
     return rows
 
 
-def _facts(document: dict[str, Any]) -> list[tuple[str, str]]:
-    git, machine, pg, sizes = (
-        document["git"],
-        document["machine"],
-        document["postgresql"],
-        document["sizes"],
+def run_text(document: dict[str, Any]) -> str:
+    """When and from which commit: how the "Run" line of the facts starts."""
+    git = document["git"]
+    return (
+        f"{document['written_at']}, commit `{git['commit'][:10]}`"
+        f"{' with uncommitted changes' if git['dirty'] else ''} ({git['branch']})"
     )
+
+
+def machine_text(document: dict[str, Any]) -> str:
+    """The "Machine" line of the facts."""
+    machine = document["machine"]
     load = machine["load_average_before"][0], machine["load_average_after"][0]
+    return (
+        f"{machine['cores']} cores ({machine['cpu']}), {machine['memory_gb']} GB, "
+        f"Python {machine['python']}, Django {document['django']}; "
+        f"1-minute load average {load[0]} before, {load[1]} after"
+    )
+
+
+def _facts(document: dict[str, Any]) -> list[tuple[str, str]]:
+    pg, sizes = document["postgresql"], document["sizes"]
     return [
         (
             "Run",
-            f"{document['written_at']}, commit `{git['commit'][:10]}`"
-            f"{' with uncommitted changes' if git['dirty'] else ''} ({git['branch']}), "
-            f"{document['size']} size, {sizes['rounds']} rounds, batch size "
-            f"{document['batch_size']}, {document['duration_s']:.0f} s",
+            f"{run_text(document)}, {document['size']} size, {sizes['rounds']} rounds, "
+            f"batch size {document['batch_size']}, {document['duration_s']:.0f} s",
         ),
-        (
-            "Machine",
-            f"{machine['cores']} cores ({machine['cpu']}), {machine['memory_gb']} GB, "
-            f"Python {machine['python']}, Django {document['django']}; "
-            f"1-minute load average {load[0]} before, {load[1]} after",
-        ),
+        ("Machine", machine_text(document)),
         (
             "PostgreSQL",
             f"{pg['server_version']}, synchronous_commit={pg['synchronous_commit']}, "
@@ -280,19 +297,10 @@ def markdown(document: dict[str, Any]) -> str:
 
 
 def summary(document: dict[str, Any]) -> str:
-    rows = [("key", "value", "rounds", "target", ""), *_rows(document)]
-    widths = [max(len(row[i]) for row in rows) for i in range(5)]
     out = []
     if document["size"] != "full":
         out += ["SMOKE RUN (reduced sizes): the numbers only show that the bench runs.", ""]
-    for number, row in enumerate(rows):
-        cells = [
-            c.rjust(w) if i == 1 else c.ljust(w)
-            for i, (c, w) in enumerate(zip(row, widths, strict=True))
-        ]
-        out.append("  ".join(cells).rstrip())
-        if number == 0:
-            out.append("  ".join("-" * w for w in widths))
+    out += text_table([("key", "value", "rounds", "target", ""), *_rows(document)], right={1})
     out += [""] + [f"{label}: {text.replace('`', '')}" for label, text in _facts(document)]
     passed = sum(t["pass"] for t in document["targets"])
     out += [
@@ -301,3 +309,19 @@ def summary(document: dict[str, Any]) -> str:
         f"{RESULTS.relative_to(ROOT)} and {PERFORMANCE_DOC.relative_to(ROOT)}",
     ]
     return "\n".join(out)
+
+
+def text_table(rows: Sequence[Sequence[str]], *, right: Container[int]) -> list[str]:
+    """``rows`` (the first is the header, ruled off) in aligned columns; the columns whose
+    numbers are in ``right`` are aligned right, the others left."""
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    lines = []
+    for number, row in enumerate(rows):
+        cells = [
+            c.rjust(w) if i in right else c.ljust(w)
+            for i, (c, w) in enumerate(zip(row, widths, strict=True))
+        ]
+        lines.append("  ".join(cells).rstrip())
+        if number == 0:
+            lines.append("  ".join("-" * w for w in widths))
+    return lines

@@ -168,19 +168,15 @@ def table_stats() -> dict[str, dict[str, Any]]:
             """
             SELECT relname, n_live_tup, n_dead_tup, n_tup_ins, n_tup_upd, n_tup_hot_upd,
                    n_tup_del, vacuum_count, autovacuum_count, analyze_count, autoanalyze_count,
-                   pg_relation_size(relid), pg_indexes_size(relid), pg_total_relation_size(relid)
+                   pg_relation_size(relid) AS heap_bytes, pg_indexes_size(relid) AS index_bytes,
+                   pg_total_relation_size(relid) AS total_bytes
               FROM pg_stat_user_tables
              WHERE relname = ANY(%s)
             """,
             [list(names)],
         )
         columns = [c.name for c in cursor.description][1:]
-        found = {names[row[0]]: dict(zip(columns, row[1:], strict=True)) for row in cursor}
-    for stats in found.values():
-        stats["heap_bytes"] = stats.pop("pg_relation_size")
-        stats["index_bytes"] = stats.pop("pg_indexes_size")
-        stats["total_bytes"] = stats.pop("pg_total_relation_size")
-    return found
+        return {names[row[0]]: dict(zip(columns, row[1:], strict=True)) for row in cursor}
 
 
 def index_sizes(model: Any) -> dict[str, int]:

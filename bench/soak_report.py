@@ -15,11 +15,18 @@ from __future__ import annotations
 import json
 import statistics
 from collections.abc import Callable
-from datetime import UTC, datetime
 from typing import Any
 
 from bench.config import SoakConfig
-from bench.report import PERFORMANCE_DOC, ROOT, git_facts, replace_section
+from bench.report import (
+    PERFORMANCE_DOC,
+    ROOT,
+    document_head,
+    machine_text,
+    replace_section,
+    run_text,
+    text_table,
+)
 
 RESULTS = ROOT / "bench" / "results" / "soak.json"
 BEGIN, END = "<!-- soak:results -->", "<!-- /soak:results -->"
@@ -140,15 +147,12 @@ def build(
     phases: dict[str, dict[str, Any]],
 ) -> dict[str, Any]:
     """The document written to soak.json."""
-    document: dict[str, Any] = {"size": config.size}
-    if config.size != "full":
-        document["warning"] = (
-            "short run: fewer minutes (or a lower rate) than the soak's 2 x 30 minutes at 40 "
-            "events/s; it only shows that the soak runs end to end. Do not commit this file."
-        )
+    document = document_head(
+        config.size,
+        "short run: fewer minutes (or a lower rate) than the soak's 2 x 30 minutes at 40 "
+        "events/s; it only shows that the soak runs end to end. Do not commit this file.",
+    )
     document.update(
-        written_at=datetime.now(UTC).isoformat(timespec="seconds"),
-        git=git_facts(),
         settings=settings,
         **facts,
         phases={
@@ -227,31 +231,20 @@ _VACUUMED_BY = {
 
 
 def _facts(document: dict[str, Any]) -> list[tuple[str, str]]:
-    git, machine, pg, settings = (
-        document["git"],
-        document["machine"],
-        document["postgresql"],
-        document["settings"],
-    )
+    pg, settings = document["postgresql"], document["settings"]
     library = document["library_settings"]
     return [
         (
             "Run",
-            f"{document['written_at']}, commit `{git['commit'][:10]}`"
-            f"{' with uncommitted changes' if git['dirty'] else ''} ({git['branch']}), "
-            f"{document['size']}: {settings['minutes']:g} min a phase at {settings['rate']:g} "
-            f"start events/s, reminders {settings['min_delay_ms'] / 1000:g} to "
-            f"{settings['max_delay_ms'] / 1000:g} s ahead, a sample every "
+            f"{run_text(document)}, {document['size']}: {settings['minutes']:g} min a phase "
+            f"at {settings['rate']:g} start events/s, reminders "
+            f"{settings['min_delay_ms'] / 1000:g} to {settings['max_delay_ms'] / 1000:g} s "
+            "ahead, a sample every "
             f"{settings['sample_s']:g} s, 2 dispatchers (POLL_INTERVAL "
             f"{library['poll_interval_s']:g} s, BATCH_SIZE {library['batch_size']}), "
             f"{document['duration_s']:.0f} s in all",
         ),
-        (
-            "Machine",
-            f"{machine['cores']} cores ({machine['cpu']}), {machine['memory_gb']} GB, "
-            f"Python {machine['python']}, Django {document['django']}; 1-minute load average "
-            f"{machine['load_average_before'][0]} before, {machine['load_average_after'][0]} after",
-        ),
+        ("Machine", machine_text(document)),
         (
             "PostgreSQL",
             f"{pg['server_version']}; autovacuum={pg['autovacuum']}, naptime "
@@ -286,20 +279,11 @@ def markdown(document: dict[str, Any]) -> str:
 
 
 def summary(document: dict[str, Any]) -> str:
-    rows = [_header(document), *_rows(document)]
-    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    header = _header(document)
     out = []
     if document["size"] != "full":
         out += ["SHORT RUN: the numbers only show that the soak runs.", ""]
-    for number, row in enumerate(rows):
-        out.append(
-            "  ".join(
-                c.ljust(w) if i == 0 else c.rjust(w)
-                for i, (c, w) in enumerate(zip(row, widths, strict=True))
-            )
-        )
-        if number == 0:
-            out.append("  ".join("-" * w for w in widths))
+    out += text_table([header, *_rows(document)], right=range(1, len(header)))
     out.append("")
     for name, phase in document["phases"].items():
         out += _phase_lines(name, phase)

@@ -57,9 +57,8 @@ class StandIn:
             stats = _table_counters(table)
             vacuum, analyze = self.needs(stats)
             if vacuum or analyze:
-                self.runs.append(
-                    {"t_s": round(t_s, 1), "table": short, **self.run(table, vacuum, analyze)}
-                )
+                ran = self.run(table, vacuum, analyze, dead_before=stats["n_dead_tup"])
+                self.runs.append({"t_s": round(t_s, 1), "table": short, **ran})
 
     def needs(self, stats: dict[str, float]) -> tuple[bool, bool]:
         """(VACUUM?, ANALYZE?) for a table with these counters, by autovacuum's rule."""
@@ -75,8 +74,7 @@ class StandIn:
         )
         return vacuum, analyze
 
-    def run(self, table: str, vacuum: bool, analyze: bool) -> dict[str, Any]:
-        dead_before = _table_counters(table)["n_dead_tup"]
+    def run(self, table: str, vacuum: bool, analyze: bool, *, dead_before: float) -> dict[str, Any]:
         quoted = connection.ops.quote_name(table)
         if vacuum:
             command = f"VACUUM (ANALYZE) {quoted}" if analyze else f"VACUUM {quoted}"
@@ -109,18 +107,18 @@ class StandIn:
 
 def _settings() -> dict[str, float]:
     """The thresholds as numbers (naptime in seconds, cost delay in ms)."""
-    names = {
-        "autovacuum_naptime": "s",
-        "autovacuum_vacuum_threshold": "",
-        "autovacuum_vacuum_scale_factor": "",
-        "autovacuum_vacuum_insert_threshold": "",
-        "autovacuum_vacuum_insert_scale_factor": "",
-        "autovacuum_analyze_threshold": "",
-        "autovacuum_analyze_scale_factor": "",
-        "autovacuum_vacuum_cost_delay": "ms",
-        "autovacuum_vacuum_cost_limit": "",
-        "vacuum_cost_limit": "",
-    }
+    names = (
+        "autovacuum_naptime",
+        "autovacuum_vacuum_threshold",
+        "autovacuum_vacuum_scale_factor",
+        "autovacuum_vacuum_insert_threshold",
+        "autovacuum_vacuum_insert_scale_factor",
+        "autovacuum_analyze_threshold",
+        "autovacuum_analyze_scale_factor",
+        "autovacuum_vacuum_cost_delay",
+        "autovacuum_vacuum_cost_limit",
+        "vacuum_cost_limit",
+    )
     with connection.cursor() as cursor:
         cursor.execute(
             "SELECT name, setting::float FROM pg_settings WHERE name = ANY(%s)", [list(names)]
