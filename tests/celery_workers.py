@@ -46,11 +46,6 @@ _DRAIN_RESULT = re.compile(
 T = TypeVar("T")
 
 
-def worker_broker_url() -> str:
-    """The broker of the worker and of ``enqueuing_to``: ``tests.services.redis_url()``."""
-    return redis_url()
-
-
 class Worker:
     """A ``celery worker`` (or ``celery beat``) subprocess whose output goes to a log file."""
 
@@ -67,6 +62,11 @@ class Worker:
     def drain_results(self) -> list[dict[str, int]]:
         """What each ``drain_saga_timeouts`` run returned, in order."""
         return [ast.literal_eval(m.group(1)) for m in _DRAIN_RESULT.finditer(self.log())]
+
+    def wait_for_more_drains(self, count: int = 2) -> None:
+        """Wait until ``count`` more ``drain_saga_timeouts`` runs than so far have logged."""
+        logged = len(self.drain_results())
+        wait_for(lambda: len(self.drain_results()) >= logged + count or None, self)
 
     def received(self, task_id: str) -> int:
         """How many times the worker took the message of task ``task_id`` from the broker."""
@@ -116,8 +116,9 @@ def wait_for(probe: Callable[[], T | None], worker: Worker, *, timeout: float = 
 
 @pytest.fixture
 def broker_url() -> Iterator[str]:
+    """The broker of the workers and of ``enqueuing_to``, flushed: ``redis_url()``."""
     require_redis()
-    url = worker_broker_url()
+    url = redis_url()
     client = redis.Redis.from_url(url)
     try:
         client.flushdb()

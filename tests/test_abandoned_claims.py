@@ -25,24 +25,21 @@ from bsft_saga.delivery.batch import ABANDONED, claim
 from bsft_saga.delivery.channel import Channel
 from bsft_saga.models import SagaInstance, SagaOutboxMessage, SagaTimeout, TimeoutOutcome
 from bsft_saga.outbox import OUTBOX, deliver_pending
-from bsft_saga.signals import event_published
 from bsft_saga.timeouts import DrainReport, drain_due
 from bsft_saga.timeouts.channel import TIMERS
 from bsft_saga.timeouts.maintenance import requeue_dead_lettered
 from tests import telemetry_fixtures
 from tests.testapp.engine_events import Unrouted
-from tests.testapp.load_events import CountStarted
+from tests.testapp.load_events import CountStarted, CountWake
 from tests.testapp.load_flows import CountingFlow
 
 pytestmark = pytest.mark.django_db
 
 
-def _abandon(channel: Channel[Any]) -> uuid.UUID:
+def _abandon(channel: Channel[Any]) -> None:
     """Claim every ready row of ``channel`` for a pass that then dies without a word."""
-    config = saga_settings.timeouts
-    token = uuid.uuid4()
-    claim(channel, limit=100, token=token, now=timezone.now(), lease=config.claim_lease)
-    return token
+    lease = saga_settings.timeouts.claim_lease
+    claim(channel, limit=100, token=uuid.uuid4(), now=timezone.now(), lease=lease)
 
 
 def _past_the_lease(frozen: FrozenDateTimeFactory) -> None:
@@ -96,7 +93,7 @@ def test_rows_nobody_abandoned_wait_while_an_abandoned_row_is_fired_alone(
 
 
 def test_a_row_whose_claims_keep_running_out_is_dead_lettered_unpublished_and_counted(
-    clock: FrozenDateTimeFactory, record: Any
+    clock: FrozenDateTimeFactory,
 ) -> None:
     otel = telemetry_fixtures.install()
     attributes = {"saga.type": CountingFlow.saga_type}
@@ -127,18 +124,16 @@ def test_a_row_whose_claims_keep_running_out_is_dead_lettered_unpublished_and_co
     assert _counts([key]) == [1]
 
 
-def test_a_batch_given_back_at_shutdown_counts_no_attempt(clock: FrozenDateTimeFactory) -> None:
+def test_a_batch_given_back_at_shutdown_counts_no_attempt(
+    clock: FrozenDateTimeFactory, record: Any
+) -> None:
     keys = _start_counters(2)
+    shutdown = record(CountWake)
+    shutdown.fail_with = KeyboardInterrupt()
 
-    def shutdown(sender: type, **kwargs: Any) -> None:
-        raise KeyboardInterrupt
-
-    event_published.connect(shutdown, dispatch_uid="tests.abandoned.shutdown", weak=False)
-    try:
-        with pytest.raises(KeyboardInterrupt):
-            drain_due()
-    finally:
-        event_published.disconnect(dispatch_uid="tests.abandoned.shutdown")
+    with pytest.raises(KeyboardInterrupt):
+        drain_due()
+    shutdown.fail_with = None
 
     assert drain_due() == DrainReport(fired=2)  # one batch, without waiting for a lease
     timers = SagaTimeout.objects.filter(saga__correlation_key__in=keys)

@@ -182,8 +182,7 @@ def test_a_pool_child_killed_in_deliver_event_is_replaced_and_the_event_arrives_
     start_beat(env=env)
     wait_for(_delivered(envelope.message_id), worker)
     # Two more drains after that: the one that delivered it has logged, none delivers again.
-    drains = len(worker.drain_results())
-    wait_for(lambda: len(worker.drain_results()) >= drains + 2 or None, worker)
+    worker.wait_for_more_drains()
     [rerun] = _succeeded_with(worker, DELIVER_TASK, killed["task_id"])
     assert rerun + sum(result["delivered"] for result in worker.drain_results()) == 1
     _assert_started_once("t-child-deliver", envelope.message_id)
@@ -237,8 +236,7 @@ def test_a_pool_child_killed_in_the_drain_is_replaced_and_the_timer_fires_once(
     wait_for(lambda: worker.received(killed["task_id"]) == 2 or None, worker)
     wait_for(lambda: SagaInstance.objects.filter(pk=saga.pk, step_index=2).first(), worker)
     # Two more drains after the one that fired it: neither may fire it again.
-    fired_in = len(worker.drain_results())
-    wait_for(lambda: len(worker.drain_results()) >= fired_in + 2 or None, worker)
+    worker.wait_for_more_drains()
 
     _assert_nudged_once(saga)
     assert sum(result["fired"] for result in worker.drain_results()) == 1
@@ -265,8 +263,7 @@ def test_a_worker_killed_in_the_drain_fires_the_timer_once_after_a_restart(
 
     second = start_worker(beat=True, env=env)
     wait_for(lambda: SagaInstance.objects.filter(pk=saga.pk, step_index=2).first(), second)
-    fired_in = len(second.drain_results())
-    wait_for(lambda: len(second.drain_results()) >= fired_in + 2 or None, second)
+    second.wait_for_more_drains()
 
     _assert_nudged_once(saga)
     assert sum(result["fired"] for result in first.drain_results()) == 0

@@ -29,11 +29,11 @@ pytestmark = pytest.mark.django_db(transaction=True)
 #: release. The step needs no savepoint of its own inside the timer's, and ending its wait
 #: cancels nothing (the read says no other step-scoped timer is pending).
 STATEMENTS_PER_FIRED_TIMER = {"postgresql": 5, "sqlite": 6}
-#: Per pass: the claim's transaction (BEGIN, SELECT … FOR UPDATE SKIP LOCKED, the claimed
-#: timers' sagas, the claim's UPDATE, COMMIT), the batch's BEGIN and COMMIT. SQLite, which
-#: cannot lock rows, reads the ready rows before its transaction, then claims them with a
-#: conditional UPDATE and re-reads which it took.
-STATEMENTS_PER_PASS = {"postgresql": 7, "sqlite": 7}
+#: Per pass, on both backends: the claim's transaction (BEGIN, SELECT … FOR UPDATE SKIP
+#: LOCKED, the claimed timers' sagas, the claim's UPDATE, COMMIT), the batch's BEGIN and
+#: COMMIT. SQLite, which cannot lock rows, reads the ready rows before its transaction, then
+#: claims them with a conditional UPDATE and re-reads which it took.
+STATEMENTS_PER_PASS = 7
 
 
 def _statements(queries: list[dict[str, Any]], prefix: str) -> int:
@@ -57,7 +57,7 @@ def test_a_pass_fires_its_batch_in_one_commit_with_a_fixed_cost_per_timer(timers
     queries = captured.captured_queries
     assert _statements(queries, "COMMIT") == 2  # the claim, then the whole batch
     per_timer = STATEMENTS_PER_FIRED_TIMER[connection.vendor]
-    assert len(queries) == STATEMENTS_PER_PASS[connection.vendor] + per_timer * timers
+    assert len(queries) == STATEMENTS_PER_PASS + per_timer * timers
     assert SagaInstance.objects.filter(saga_type=CountingFlow.saga_type, step_index=2).count() == (
         timers
     )

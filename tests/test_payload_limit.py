@@ -13,7 +13,7 @@ from django.db import transaction
 from django.test import override_settings
 
 from bsft_saga import publish
-from bsft_saga.conf import validate
+from bsft_saga.conf import saga_settings, validate
 from bsft_saga.events.payloads import encoded_size
 from bsft_saga.models import SagaInstance, SagaOutboxMessage, SagaTimeout
 from tests.testapp.engine_events import Unrouted
@@ -36,8 +36,6 @@ def note_of_size(total: int) -> Unrouted:
 
 
 def test_the_default_limit_is_256_kib() -> None:
-    from bsft_saga.conf import saga_settings
-
     assert saga_settings.max_payload_bytes == 262144
 
 

@@ -23,7 +23,7 @@ from bsft_saga.models import (
     SagaTimeout,
     TimeoutOutcome,
 )
-from bsft_saga.timeouts.dispatcher import drain_due
+from bsft_saga.timeouts import drain_due
 from tests.services import require_postgres_backend
 from tests.testapp.bulk import bulk_start_counters
 from tests.testapp.load_events import CountStarted, CountWake, SoakStarted

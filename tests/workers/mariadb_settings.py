@@ -6,6 +6,8 @@ import os
 
 import pymysql
 
+from tests.services import MARIADB_HOST, MARIADB_PORT, MARIADB_USER
+
 pymysql.install_as_MySQLdb()
 
 from tests.settings import *  # noqa: E402,F403
@@ -13,9 +15,9 @@ from tests.settings import *  # noqa: E402,F403
 DATABASES = {
     "default": {
         "ENGINE": "django.db.backends.mysql",
-        "HOST": os.environ.get("BSFT_SAGA_MARIADB_HOST", "127.0.0.1"),
-        "PORT": os.environ.get("BSFT_SAGA_MARIADB_PORT", "3306"),
-        "USER": os.environ.get("BSFT_SAGA_MARIADB_USER", "root"),
+        "HOST": MARIADB_HOST,
+        "PORT": MARIADB_PORT,
+        "USER": MARIADB_USER,
         "NAME": os.environ["BSFT_SAGA_MARIADB_NAME"],
     }
 }
