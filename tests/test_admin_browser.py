@@ -118,6 +118,8 @@ class AdminSession:
         self.page.fill("#id_username", username)
         self.page.fill("#id_password", PASSWORD)
         self.page.click("input[type=submit]")
+        # click() returns once the next page's navigation has begun, not once it has loaded.
+        self.page.wait_for_load_state("load")
         assert self.page.locator("#user-tools").is_visible(), self.page.content()
 
     def open(self, path: str) -> str:
