@@ -10,7 +10,7 @@ from django.http import Http404
 from django_filters.rest_framework import DjangoFilterBackend
 from drf_spectacular.openapi import AutoSchema
 from drf_spectacular.utils import extend_schema
-from drf_spectacular.views import SpectacularAPIView
+from drf_spectacular.views import SCHEMA_KWARGS, SpectacularAPIView
 from rest_framework.decorators import action
 from rest_framework.filters import OrderingFilter
 from rest_framework.pagination import PageNumberPagination
@@ -123,15 +123,27 @@ def _record_content_read(recorder: AuditRecorder, request: Request, instance: Sa
     )
 
 
+class SagaStatusSchema(AutoSchema):
+    """The status route's operation is ``saga_status``, not the generated ``status_retrieve``.
+
+    Named here rather than with ``@extend_schema(operation_id=...)``: drf-spectacular refuses
+    an ``operation_id`` on a view class (it would name every operation of the view alike),
+    and on the method it would extend DRF's default schema class instead of this one.
+    """
+
+    def get_operation_id(self) -> str:
+        return "saga_status"
+
+
 # On the class, after ``schema``: drf-spectacular extends the schema class it finds there.
-@extend_schema(responses=SagaStatusSerializer, operation_id="saga_status")
+@extend_schema(responses=SagaStatusSerializer)
 class SagaStatusView(APIView):
     """``GET status/``: what ``manage.py saga_status --format json`` prints, for users with
     ``bsft_saga.view_sagainstance``; counts only, no content."""
 
     permission_classes = [CanViewSagas]
     renderer_classes = [JSONRenderer]
-    schema = AutoSchema()
+    schema = SagaStatusSchema()
 
     def get(self, request: Request) -> Response:
         return Response(saga_status().as_dict())
@@ -150,6 +162,10 @@ class SagaSchemaView(SpectacularAPIView):
         "VERSION": __version__,
     }
 
+    # The parent's annotation of ``get``, which overriding it drops: without it a project
+    # that generates its whole schema gets an error for this view ("unable to guess
+    # serializer").
+    @extend_schema(**SCHEMA_KWARGS)
     def get(self, request: Request, *args: Any, **kwargs: Any) -> Response:
         response = super().get(request, *args, **kwargs)
         prefix = request.path.rsplit("schema/", 1)[0].rstrip("/") or "/"
