@@ -114,7 +114,7 @@ def poll(args: argparse.Namespace) -> int:
     from bench import database, workloads
     from bsft_saga import clock
     from bsft_saga.conf import saga_settings
-    from bsft_saga.delivery.batch import claim
+    from bsft_saga.delivery.claim import claim
     from bsft_saga.timeouts.channel import TIMERS
 
     call_command("migrate", verbosity=0)

@@ -1,6 +1,6 @@
 """The poll benchmark: what one claim of a batch costs with a small and a large timer table.
 
-The due-poll is ``bsft_saga.delivery.batch.claim`` for the timer channel: select a batch of
+The due-poll is ``bsft_saga.delivery.claim.claim`` for the timer channel: select a batch of
 ready timers (``FOR UPDATE SKIP LOCKED``, with their sagas) and stamp them claimed. It runs
 on every pass, found work or not, so its cost must not grow with the number of pending
 timers that are not due yet.

@@ -7,7 +7,7 @@ connection, in autocommit (so that the sampler never holds the xmin horizon back
   due_at`` (p50, p99, max, in ms). ``dispatched_at`` is stamped inside the batch's
   transaction, which commits a moment later, so the window ends ``LATENESS_MARGIN`` before
   the sample: a row is counted in exactly one sample once its batch has committed.
-- **The claim** (the due-poll): ``bsft_saga.delivery.batch.claim`` for the timer channel,
+- **The claim** (the due-poll): ``bsft_saga.delivery.claim.claim`` for the timer channel,
   exactly as a dispatch pass runs it, ``CLAIM_PROBES`` times, each in a transaction that is
   rolled back (median ms, from the call to the rollback: the round trips a pass pays
   included); then ``EXPLAIN (ANALYZE, BUFFERS)`` of the SELECT it sent, for the buffers it
@@ -43,7 +43,7 @@ from django.test.utils import CaptureQueriesContext
 
 from bsft_saga import clock, status
 from bsft_saga.conf import saga_settings
-from bsft_saga.delivery.batch import claim
+from bsft_saga.delivery.claim import claim
 from bsft_saga.models import SagaInboxEntry, SagaInstance, SagaTimeout, TimeoutOutcome
 from bsft_saga.timeouts.channel import TIMERS
 

@@ -3,18 +3,17 @@
 Rows come from a step's ``ctx.publish`` and from ``publish(..., defer=True)``. Delivery is
 at least once: right after commit, and again by ``deliver_pending`` (run by the drain task
 and command) for rows whose delivery was lost with its process or failed. Rows go through
-the same machinery as timers (:mod:`bsft_saga.delivery`): claimed with a lease, delivered
-in one transaction per batch, retried with back-off, dead-lettered at
-``MAX_DISPATCH_ATTEMPTS`` and requeued by ``requeue_saga_outbox``.
+the same passes as timers (:mod:`bsft_saga.delivery`): claimed with a lease, their
+receivers run with no transaction open, their stamps and the steps they woke committed in
+groups, retried with back-off, dead-lettered at ``MAX_DISPATCH_ATTEMPTS`` and requeued by
+``requeue_saga_outbox``.
 """
 
 from __future__ import annotations
 
 import logging
-import operator
 import uuid
 from collections.abc import Iterable, Mapping
-from dataclasses import astuple, dataclass
 from datetime import datetime
 from functools import partial
 from types import MappingProxyType
@@ -22,11 +21,12 @@ from typing import Any
 
 from django.db import transaction
 
-from bsft_saga import clock, sql
+from bsft_saga import sql
 from bsft_saga.conf import saga_settings
-from bsft_saga.delivery import batch, recovery, requeue
-from bsft_saga.delivery.batch import Outcome
+from bsft_saga.delivery import requeue
 from bsft_saga.delivery.channel import Channel
+from bsft_saga.delivery.passes import run_pass
+from bsft_saga.delivery.report import DeliveryReport
 from bsft_saga.delivery.requeue import RequeueResult
 from bsft_saga.events import codec
 from bsft_saga.events.envelope import Envelope
@@ -35,20 +35,9 @@ from bsft_saga.models import SagaOutboxMessage
 from bsft_saga.querysets import SagaOutboxQuerySet
 from bsft_saga.signals import deferred_event_committed
 
+__all__ = ["DeliveryReport", "deliver", "deliver_pending", "requeue_dead_lettered"]
+
 logger = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class DeliveryReport:
-    """What one delivery pass did with outbox rows (``failed``: waiting for a retry)."""
-
-    delivered: int = 0
-    failed: int = 0
-    dead_lettered: int = 0
-    unclaimed: int = 0
-
-    def __add__(self, other: DeliveryReport) -> DeliveryReport:
-        return DeliveryReport(*map(operator.add, astuple(self), astuple(other)))
 
 
 class OutboxChannel(Channel[SagaOutboxMessage]):
@@ -138,13 +127,15 @@ def deliver(
     now: datetime | None = None,
     known: Mapping[uuid.UUID, Envelope] | None = None,
 ) -> DeliveryReport:
-    """Claim and publish these rows in one batch; one failing row never stops the others.
+    """Claim and publish these rows in one pass; one failing row never stops the others.
 
     A row that is delivered, dead-lettered, held by another deliverer or waiting for its
     retry back-off is left alone (``unclaimed``).
     """
     ids = list(message_ids)
-    return _deliver_claimed(OutboxChannel(known), limit=len(ids), only=ids, now=now)
+    if not ids:
+        return DeliveryReport()
+    return run_pass(OutboxChannel(known), limit=len(ids), only=ids, now=now)
 
 
 def deliver_pending(
@@ -152,48 +143,7 @@ def deliver_pending(
 ) -> DeliveryReport:
     """Deliver a batch of outbox rows nobody holds: lost or failed earlier deliveries."""
     limit = batch_size or saga_settings.timeouts.batch_size
-    return _deliver_claimed(OUTBOX, limit=limit, only=None, now=now)
-
-
-def _deliver_claimed(
-    channel: OutboxChannel,
-    *,
-    limit: int,
-    only: list[uuid.UUID] | None,
-    now: datetime | None,
-) -> DeliveryReport:
-    """Claim up to ``limit`` rows (``only``: among these), deliver them as one batch."""
-    if not limit:
-        return DeliveryReport()
-    config = saga_settings.timeouts
-    recovered = recovery.give_back(channel) if recovery.waiting(channel) else recovery.GivenBack()
-    token = uuid.uuid4()
-    moment = now or clock.now()
-    with recovery.guarding(channel, token):
-        claimed = batch.claim(
-            channel,
-            limit=limit,
-            token=token,
-            now=moment,
-            lease=config.claim_lease,
-            max_attempts=config.max_dispatch_attempts,
-            only=only,
-        )
-        rows, given_up = claimed.rows, len(claimed.dead_lettered)
-        skipped = len(only) - len(rows) - given_up if only is not None else 0
-        if not rows:
-            return DeliveryReport(
-                delivered=recovered.delivered, dead_lettered=given_up, unclaimed=skipped
-            )
-        with transaction.atomic():
-            delivered = batch.deliver(channel, rows, token, config)
-    batch.count_outcomes(channel, delivered)
-    return DeliveryReport(
-        delivered=recovered.delivered + delivered.count(Outcome.DELIVERED),
-        failed=delivered.count(Outcome.FAILED),
-        dead_lettered=given_up + delivered.count(Outcome.DEAD_LETTERED),
-        unclaimed=skipped + delivered.count(Outcome.UNCLAIMED),
-    )
+    return run_pass(OUTBOX, limit=limit, now=now)
 
 
 def _deliver_staged(envelopes: list[Envelope]) -> None:

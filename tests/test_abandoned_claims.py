@@ -21,8 +21,8 @@ from freezegun.api import FrozenDateTimeFactory
 
 from bsft_saga import publish
 from bsft_saga.conf import saga_settings
-from bsft_saga.delivery.batch import ABANDONED, claim
 from bsft_saga.delivery.channel import Channel
+from bsft_saga.delivery.claim import ABANDONED, claim
 from bsft_saga.models import SagaInstance, SagaOutboxMessage, SagaTimeout, TimeoutOutcome
 from bsft_saga.outbox import OUTBOX, deliver_pending
 from bsft_saga.timeouts import DrainReport, drain_due

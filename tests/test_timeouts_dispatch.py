@@ -15,7 +15,6 @@ from typing import Any
 
 import pytest
 from django.core.cache import cache
-from django.db import transaction
 from django.db.models import Max
 from django.test import override_settings
 from django.utils import timezone
@@ -24,7 +23,9 @@ from freezegun.api import FrozenDateTimeFactory
 from bsft_saga import UnknownEventType, publish
 from bsft_saga.conf import saga_settings
 from bsft_saga.correlation import correlation_scope
-from bsft_saga.delivery.batch import Outcome, claim, deliver
+from bsft_saga.delivery.claim import claim
+from bsft_saga.delivery.passes import deliver_claimed
+from bsft_saga.delivery.report import DeliveryReport
 from bsft_saga.events.sending import send_envelope
 from bsft_saga.models import SagaInboxEntry, SagaTimeout, TimeoutOutcome
 from bsft_saga.signals import event_published
@@ -313,33 +314,61 @@ def test_a_receiver_keyed_on_the_message_id_acts_once_on_a_redelivered_timer_eve
     assert follow_up_mailer == ["q-1"]
 
 
-def test_a_pass_whose_claim_was_taken_over_publishes_nothing(
+def _claim_then_lose(clock: FrozenDateTimeFactory, *, stall: timedelta) -> list[Any]:
+    """Claim the due rows for a pass that stalls, then let another pass claim them as if
+    ``stall`` had passed; return the stalled pass's rows."""
+    config = saga_settings.timeouts
+    rows = claim(TIMERS, limit=10, token=STALE, now=clock_now(), lease=config.claim_lease).rows
+    claim(
+        TIMERS,
+        limit=10,
+        token=SUCCESSOR,
+        now=clock_now() + config.claim_lease + stall,
+        lease=config.claim_lease,
+    )
+    return rows
+
+
+STALE, SUCCESSOR = uuid.uuid4(), uuid.uuid4()
+
+
+def _nothing_written() -> None:
+    saga = the_saga(TaskFlow, "t-1")
+    assert (saga.step_index, saga.version, saga.state["nudged"]) == (1, 1, 0)
+    nudge = reminder(TaskFlow, "t-1", "nudge")
+    assert (nudge.is_pending, nudge.claim_token) == (True, SUCCESSOR)
+
+
+def test_a_pass_that_stalled_past_its_lease_publishes_nothing_it_lost(
     clock: FrozenDateTimeFactory, record: Any
 ) -> None:
     nudges = record(NudgeDue)
     publish(TaskOpened("t-1", nudge_after_seconds=3600))
     clock.tick(timedelta(hours=1))
-    config = saga_settings.timeouts
-    stale, successor = uuid.uuid4(), uuid.uuid4()
-    rows = claim(TIMERS, limit=10, token=stale, now=clock_now(), lease=config.claim_lease).rows
-    # The stale pass stalls past its lease; another pass claims the row and keeps it.
-    claim(
-        TIMERS,
-        limit=10,
-        token=successor,
-        now=clock_now() + config.claim_lease + timedelta(seconds=1),
-        lease=config.claim_lease,
-    )
+    rows = _claim_then_lose(clock, stall=timedelta(seconds=1))
+    clock.tick(saga_settings.timeouts.claim_lease + timedelta(seconds=1))
 
-    with transaction.atomic():
-        delivered = deliver(TIMERS, rows, stale, config)
+    report = deliver_claimed(TIMERS, rows, STALE)
 
-    assert [outcome for _row, outcome in delivered.outcomes] == [Outcome.UNCLAIMED]
+    assert report == DeliveryReport(unclaimed=1)
     assert nudges.envelopes == []
-    saga = the_saga(TaskFlow, "t-1")
-    assert (saga.step_index, saga.version, saga.state["nudged"]) == (1, 1, 0)
-    nudge = reminder(TaskFlow, "t-1", "nudge")
-    assert (nudge.is_pending, nudge.claim_token) == (True, successor)
+    _nothing_written()
+
+
+def test_a_pass_taken_over_while_its_clock_said_it_held_the_claim_writes_nothing(
+    clock: FrozenDateTimeFactory, record: Any
+) -> None:
+    nudges = record(NudgeDue)
+    publish(TaskOpened("t-1", nudge_after_seconds=3600))
+    clock.tick(timedelta(hours=1))
+    rows = _claim_then_lose(clock, stall=timedelta(seconds=1))
+
+    report = deliver_claimed(TIMERS, rows, STALE)
+
+    # Its receivers ran (at least once), but the step's writes and the stamp were fenced off.
+    assert report == DeliveryReport(unclaimed=1)
+    assert len(nudges.envelopes) == 1
+    _nothing_written()
 
 
 def test_a_timer_cancelled_before_the_pass_is_not_published(

@@ -2,17 +2,31 @@
 
 from __future__ import annotations
 
+import uuid
 from abc import ABC, abstractmethod
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
+from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, ClassVar, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar
 
 from bsft_saga.events.envelope import Envelope
 from bsft_saga.models import DeliveryRow
 from bsft_saga.querysets import DeliveryQuerySet
 
+if TYPE_CHECKING:
+    from bsft_saga.conf import TimeoutSettings
+
 R = TypeVar("R", bound=DeliveryRow)
+
+
+@dataclass(frozen=True)
+class Sorted(Generic[R]):
+    """Claimed rows sorted out before delivery: those to deliver, and what became of the rest."""
+
+    to_deliver: list[R]
+    missed: int = 0
+    unclaimed: int = 0
 
 
 class Channel(ABC, Generic[R]):
@@ -69,6 +83,16 @@ class Channel(ABC, Generic[R]):
     @abstractmethod
     def envelope(self, row: R, token: Any) -> Envelope:
         """The envelope ``row`` publishes; raises if its type or payload no longer resolves."""
+
+    def saga_of(self, row: R) -> uuid.UUID | None:
+        """The saga whose row a delivery of ``row`` locks before the row's own (or ``None``)."""
+        return None
+
+    def sort_out(
+        self, rows: list[R], token: Any, config: TimeoutSettings, now: datetime
+    ) -> Sorted[R]:
+        """Retire claimed rows that are not to be delivered (the timers' catch-up policy)."""
+        return Sorted(rows)
 
     @abstractmethod
     def saga_type(self, row: R) -> str:

@@ -6,8 +6,13 @@ would hold the rows until ``CLAIM_LEASE`` runs out. The pass remembers its token
 the next pass of the same channel in this process gives the rows back first, as soon as the
 database answers again, so they fire within a poll interval instead of a lease.
 
-If the connection broke during the batch's COMMIT, the batch may have committed after all:
-giving back then also counts the rows the token delivered, so totals include them.
+The row whose delivery (its receivers, or its writes) was running when the connection went
+is not given back free: it is charged a failed attempt, because it may be what broke the
+connection (a receiver that kills its own session does that every time), and it is then
+claimed alone; its batch-mates are released without a charge.
+
+If the connection broke during a commit, that commit may have happened after all: giving
+back then also counts the rows the token delivered, so totals include them.
 """
 
 from __future__ import annotations
@@ -22,12 +27,23 @@ from typing import Any
 
 from django.db import DatabaseError
 
+from bsft_saga.conf import saga_settings
 from bsft_saga.delivery.channel import Channel
+from bsft_saga.delivery.failures import lost_connection_reason, record_failure
 
 logger = logging.getLogger("bsft_saga.delivery")
 
+
+@dataclass(frozen=True)
+class _Orphan:
+    kind: type[Channel[Any]]
+    token: uuid.UUID
+    suspect: Any = None  # the pk of the row to charge
+    reason: str = ""
+
+
 _lock = threading.Lock()
-_orphans: list[tuple[type[Channel[Any]], uuid.UUID]] = []
+_orphans: list[_Orphan] = []
 
 
 @dataclass(frozen=True)
@@ -38,24 +54,39 @@ class GivenBack:
     delivered: int = 0
 
 
-def remember(channel: Channel[Any], token: uuid.UUID) -> None:
-    """Keep ``token`` to give its rows back once the database answers again."""
+def remember(
+    channel: Channel[Any], token: uuid.UUID, suspect: Any = None, reason: str = ""
+) -> None:
+    """Keep ``token`` to give its rows back once the database answers again; ``suspect``:
+    the pk of the row to charge ``reason`` instead."""
     with _lock:
-        _orphans.append((type(channel), token))
+        _orphans.append(_Orphan(type(channel), token, suspect, reason))
+
+
+class Guard:
+    """What a guarded pass tells its guard: the row whose delivery is under way."""
+
+    def __init__(self) -> None:
+        self.in_flight: Any = None
 
 
 @contextmanager
-def guarding(channel: Channel[Any], token: uuid.UUID) -> Iterator[None]:
+def guarding(channel: Channel[Any], token: uuid.UUID) -> Iterator[Guard]:
     """Around one pass: if it ends in an exception, its claims are not left to the lease.
 
-    A lost connection remembers ``token`` for :func:`give_back`; any other exception (a
-    shutdown: ``KeyboardInterrupt``, ``SystemExit``) gives the rows back at once, while the
+    A lost connection remembers ``token`` for :func:`give_back`, with the row the pass had
+    in flight (``Guard.in_flight``) to charge; any other exception (a shutdown:
+    ``KeyboardInterrupt``, ``SystemExit``) gives the rows back at once, free, while the
     connection still works.
     """
+    guard = Guard()
     try:
-        yield
+        yield guard
     except BaseException as exc:
-        remember(channel, token)
+        if isinstance(exc, DatabaseError) and guard.in_flight is not None:
+            remember(channel, token, guard.in_flight.pk, lost_connection_reason(exc))
+        else:
+            remember(channel, token)
         if not isinstance(exc, DatabaseError):
             give_back(channel)
         raise
@@ -64,7 +95,7 @@ def guarding(channel: Channel[Any], token: uuid.UUID) -> Iterator[None]:
 def waiting(channel: Channel[Any]) -> int:
     """How many lost claims of ``channel``'s table wait to be given back."""
     with _lock:
-        return sum(1 for kind, _token in _orphans if kind is type(channel))
+        return sum(1 for orphan in _orphans if orphan.kind is type(channel))
 
 
 def give_back(channel: Channel[Any]) -> GivenBack:
@@ -74,11 +105,13 @@ def give_back(channel: Channel[Any]) -> GivenBack:
     try (and, at worst, their lease runs out as it would have anyway).
     """
     with _lock:
-        mine = [(kind, token) for kind, token in _orphans if kind is type(channel)]
+        mine = [orphan for orphan in _orphans if orphan.kind is type(channel)]
     released = delivered = 0
     for entry in mine:
-        token = entry[1]
+        token = entry.token
         try:
+            if entry.suspect is not None:
+                _charge(channel, entry)
             released += channel.held(token).update(claim_token=None, claimed_until=None)
             delivered += channel.delivered_rows().filter(claim_token=token).count()
         except Exception:  # the database still unreachable, or a transaction to roll back
@@ -95,3 +128,10 @@ def give_back(channel: Channel[Any]) -> GivenBack:
             delivered,
         )
     return GivenBack(released=released, delivered=delivered)
+
+
+def _charge(channel: Channel[Any], orphan: _Orphan) -> None:
+    suspect = channel.load(channel.held(orphan.token).filter(pk=orphan.suspect)).first()
+    if suspect is not None:
+        record_failure(channel, suspect, orphan.token, orphan.reason, saga_settings.timeouts)
+        logger.warning("bsft_saga: %s charged: %s", channel.describe(suspect), orphan.reason)

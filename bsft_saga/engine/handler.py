@@ -22,6 +22,7 @@ from asgiref.sync import async_to_sync
 
 from bsft_saga import clock, telemetry
 from bsft_saga.conf import saga_settings
+from bsft_saga.delivery import staging
 from bsft_saga.engine import lookup, window
 from bsft_saga.engine.context import SagaContext
 from bsft_saga.engine.deadlines import DeadlineExpired
@@ -105,7 +106,7 @@ def _apply(
     retries = saga_settings.max_conflict_retries
     key = ""
     for attempt in range(retries + 1):
-        planned = plan()
+        planned = _fresh(flow, envelope, plan)
         if planned is None:
             return  # another definition (the instance's own version) takes the event
         if isinstance(planned, _Ignored):
@@ -122,6 +123,26 @@ def _apply(
         f"optimistic-concurrency race {retries + 1} times; raise "
         "BSFT_SAGA['ENGINE']['MAX_CONFLICT_RETRIES'] or reduce contention on this instance"
     )
+
+
+def _fresh(
+    flow: FlowDefinition, envelope: Envelope, plan: Callable[[], _Plan | _Ignored | None]
+) -> _Plan | _Ignored | None:
+    """``plan()``, made again if the pass delivering the event held writes for its saga.
+
+    A pass commits in groups: a saga an earlier row of the same group advanced is not
+    committed yet, so a plan read it as it was. The pass commits it first, then this plans
+    against what it wrote (a step it moved on to may await this event).
+    """
+    planned = plan()
+    stager = staging.stager_for(envelope)
+    if (
+        stager is not None
+        and planned is not None
+        and stager.make_room(flow.saga_type, planned.correlation_key)
+    ):
+        planned = plan()
+    return planned
 
 
 def _ignore(flow: FlowDefinition, envelope: Envelope, ignored: _Ignored) -> None:
@@ -151,7 +172,13 @@ def _plan_step(
     """
     is_current = flow_registry.is_current(flow)
     is_start = 0 in step_indices and is_current
-    instance = lookup.instance_for(flow.saga_type, key, envelope.message_id, or_finished=is_start)
+    instance = lookup.instance_for(
+        flow.saga_type,
+        key,
+        envelope.message_id,
+        or_finished=is_start,
+        firing=envelope.timer.timeout_id if envelope.timer is not None else None,
+    )
     if instance is None:
         if not is_start:
             return _Ignored("no_instance", key) if is_current else None
@@ -267,16 +294,41 @@ def _back_off(attempt: int) -> None:
 
 
 def _handle_deadline(envelope: Envelope) -> None:
-    """Run ``on_expired`` of the instance the deadline timer belongs to, at any step."""
+    """Run ``on_expired`` of the instance the deadline timer belongs to, at any step.
+
+    Only that instance's own deadline timer can: the event names a saga id and type, so
+    one published by anyone else (``publish()`` refuses it, but a receiver may still send
+    it) would expire a saga early, or run another flow's ``on_expired`` against it. Such an
+    envelope is logged and ignored.
+    """
     event = envelope.event
     assert isinstance(event, DeadlineExpired)
-    saga_id = uuid.UUID(event.saga_id)
+    saga_id = _own_deadline_saga(envelope, event)
+    if saga_id is None:
+        logger.warning(
+            "bsft_saga: %s %s was not sent by its saga's deadline timer; ignored",
+            envelope.event_type,
+            envelope.message_id,
+        )
+        return
     active = SagaInstance.objects.active().filter(pk=saga_id)
-    flow_version = active.values_list("flow_version", flat=True).first()
-    if flow_version is None:
+    found = active.values_list("flow_version", "saga_type").first()
+    if found is None:
         return  # completed before its deadline
+    flow_version, saga_type = found
+    if saga_type != event.saga_type:
+        telemetry.count_ignored(saga_type, "not_awaited")
+        logger.warning(
+            "bsft_saga: %s %s names saga type %r, but saga %s is a %r; ignored",
+            envelope.event_type,
+            envelope.message_id,
+            event.saga_type,
+            saga_id,
+            saga_type,
+        )
+        return
     # UnknownFlowVersion if no installed flow declares it: the timer is retried, not dropped.
-    flow = flow_registry.definition_for(event.saga_type, flow_version)
+    flow = flow_registry.definition_for(saga_type, flow_version)
     deadline = flow.deadline
     if deadline is None or not activation.is_active(flow.saga_type):
         return
@@ -290,3 +342,15 @@ def _handle_deadline(envelope: Envelope) -> None:
         return _Plan.for_instance(instance, (StepBody(run=deadline.on_expired),), advance=False)
 
     _apply(flow, envelope, plan)
+
+
+def _own_deadline_saga(envelope: Envelope, event: DeadlineExpired) -> uuid.UUID | None:
+    """The saga id ``event`` names, if its own deadline timer sent it; else ``None``."""
+    timer = envelope.timer
+    if timer is None or timer.name != DEADLINE_TIMER_NAME:
+        return None
+    try:
+        saga_id = uuid.UUID(event.saga_id)
+    except (TypeError, ValueError, AttributeError):
+        return None
+    return saga_id if saga_id == timer.saga_id else None

@@ -2,8 +2,9 @@
 
 One query per flow and key, the first of every event: it reads the active instance with an
 ``EXISTS`` on its inbox (did it handle the message?) and one on its pending step-scoped
-timers (does ending the wait cancel anything?), and, for a start event, also a finished
-instance of the key that handled the message (a redelivered start event starts nothing).
+timers other than the one firing (does ending the wait cancel anything?), and, for a start
+event, also a finished instance of the key that handled the message (a redelivered start
+event starts nothing).
 It is written once as SQL (see :mod:`bsft_saga.sql` for why); its columns come back as the
 ORM converts them.
 """
@@ -56,14 +57,24 @@ _CONVERTED = (*((SagaInstance, name) for name in _COLUMNS), None, None)  # the t
 
 
 def instance_for(
-    saga_type: str, correlation_key: str, message_id: uuid.UUID, *, or_finished: bool
+    saga_type: str,
+    correlation_key: str,
+    message_id: uuid.UUID,
+    *,
+    or_finished: bool,
+    firing: int | None = None,
 ) -> Found | None:
     """The active instance of the key, else (``or_finished``) a finished one that handled
-    ``message_id``; ``None`` if neither."""
+    ``message_id``; ``None`` if neither.
+
+    ``firing``: the id of the timer whose event this is. It is still pending until the
+    pass stamps it, but it is not a timer that ending the wait has to cancel.
+    """
     message = SagaInboxEntry._meta.get_field("message_id").get_db_prep_value(
         message_id, connection, prepared=False
     )
-    params = [message, TimeoutScope.STEP.value, saga_type, correlation_key]
+    # 0 is no timer's id (they count from 1).
+    params = [message, TimeoutScope.STEP.value, firing or 0, saga_type, correlation_key]
     if or_finished:
         params.append(message)
     row = sql.select_one(_sql(or_finished, connection.vendor), params, _CONVERTED)
@@ -95,7 +106,7 @@ def _sql(or_finished: bool, vendor: str) -> str:
     handled = f"EXISTS (SELECT 1 FROM {inbox} e WHERE e.{saga} = i.{pk} AND e.{message} = %s)"
     step_timers = (
         f"EXISTS (SELECT 1 FROM {timers} t WHERE t.{saga} = i.{pk} AND t.{quote('scope')} = %s "
-        f"AND t.{quote('dispatched_at')} IS NULL)"
+        f"AND t.{quote('dispatched_at')} IS NULL AND t.{pk} <> %s)"
     )
     which = f"NOT i.{quote('is_complete')}"
     if or_finished:

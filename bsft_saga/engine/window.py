@@ -5,15 +5,16 @@ instance row, serialising every other writer of this saga) or the insert of a ne
 instance, the inbox row, the timer writes and the outbox rows. Either all of them commit
 or none does. Outbox delivery and telemetry are registered with ``on_commit``.
 
-How the "all or nothing" is had depends on where the event is handled, so that the hot
-paths pay no more statements than they must (``tests/test_delivery_statements.py``):
+Where the window is written depends on who delivers the event, so that the hot paths pay
+no more statements than they must (``tests/test_delivery_statements.py``):
 
+- an event a pass delivers (a timer, an outbox row): the window is *staged* with that pass
+  (:mod:`bsft_saga.delivery.staging`), which writes it in a savepoint of its next group
+  commit, with the row's stamp: the step's bodies ran with no transaction open, and a timer's
+  effect on its own saga and its stamp are one commit. On PostgreSQL the advance and its
+  inbox row are one statement (``sql.update_then_insert``);
 - a new instance outside any transaction: its writes are one statement on PostgreSQL
   (``sql.insert_together``), a ``transaction.atomic`` of their own elsewhere;
-- an event a timer or an outbox row delivers (``sending.sent_in_isolation``): that delivery
-  already runs the send in a savepoint it rolls back on any failure, so the window adds
-  none; on PostgreSQL the advance and its inbox row are one statement
-  (``sql.update_then_insert``);
 - anything else: a ``transaction.atomic`` (a savepoint inside a caller's transaction), so
   a lost race rolls back this event's writes alone and is re-applied on fresh state.
 """
@@ -28,15 +29,15 @@ from typing import Any
 from django.db import IntegrityError, transaction
 
 from bsft_saga import outbox, sql, telemetry
+from bsft_saga.delivery import staging
 from bsft_saga.engine.context import StepEffects
-from bsft_saga.events import sending
 from bsft_saga.events.envelope import Envelope
 from bsft_saga.models import SagaInboxEntry, SagaInstance, SagaOutboxMessage, SagaTimeout
 from bsft_saga.timeouts import store as timer_store
 from bsft_saga.timeouts.requests import CancelAllTimers, CancelTimer, TimerRequest
 
 
-class VersionConflict(Exception):
+class VersionConflict(staging.LostRace):
     """Another transaction created or advanced the instance first; reload and re-apply."""
 
 
@@ -68,25 +69,63 @@ class _Written:
 
 
 def commit(transition: Transition) -> None:
-    """Write ``transition`` atomically, or raise ``VersionConflict`` having written nothing."""
+    """Write ``transition`` atomically, or raise ``VersionConflict`` having written nothing.
+
+    If a pass is delivering the transition's envelope, the window is staged with it
+    instead, and written (or found to have lost a race) when that pass commits.
+    """
     t = transition
-    if not t.is_new and sending.sent_in_isolation(t.envelope):
-        # A timer's or an outbox row's delivery runs each send in a savepoint it rolls back
-        # on any failure; the version-checked UPDATE is the first write, so a lost race
-        # leaves nothing to undo. No savepoint of the window's own, then.
-        written = _advance(t)
-    else:
-        try:
-            if t.is_new and not transaction.get_connection().in_atomic_block:
-                written = _create(t)  # all or nothing on its own (sql.insert_together)
-            else:
-                with transaction.atomic():
-                    written = _create(t) if t.is_new else _advance(t)
-        except IntegrityError:
-            if _lost_a_race(t):
-                raise VersionConflict from None
-            raise
+    stager = staging.stager_for(t.envelope)
+    if stager is not None:
+        stager.stage(_Staged(t))
+        return
+    try:
+        if t.is_new and not transaction.get_connection().in_atomic_block:
+            written = _create(t)  # all or nothing on its own (sql.insert_together)
+        else:
+            with transaction.atomic():
+                written = _create(t) if t.is_new else _advance(t)
+    except IntegrityError:
+        if _lost_a_race(t):
+            raise VersionConflict from None
+        raise
     transaction.on_commit(lambda: _report(t, written))
+
+
+class _Staged:
+    """A transition staged with the pass delivering its event (``staging.StagedWindow``).
+
+    The pass writes it in two parts, so that its saga's row is locked before the timer the
+    pass stamps and before the saga's other timers: :meth:`lock`, the version-checked
+    advance and the inbox row (or the whole new instance), then :meth:`write`, the rest.
+    """
+
+    def __init__(self, transition: Transition) -> None:
+        self.transition = transition
+        self.saga_id = transition.saga_id
+        self.saga_type = transition.saga_type
+        self.correlation_key = transition.correlation_key
+        self.creates = transition.is_new
+        self._written = _Written()
+
+    def lock(self) -> None:
+        # The pass runs both parts in a savepoint it rolls back on any exception; the
+        # version-checked UPDATE is the first write, so a lost race leaves nothing to undo.
+        t = self.transition
+        if t.is_new:
+            self._written = _create(t)
+        else:
+            _advance_version(t)
+
+    def write(self) -> None:
+        t = self.transition
+        if not t.is_new:
+            self._written = _advance_rest(t)
+        written = self._written
+        transaction.on_commit(lambda: _report(t, written))
+
+    def lost_a_race(self) -> bool:
+        return _lost_a_race(self.transition)
 
 
 def _lost_a_race(t: Transition) -> bool:
@@ -137,6 +176,11 @@ def _create(t: Transition) -> _Written:
 
 
 def _advance(t: Transition) -> _Written:
+    _advance_version(t)
+    return _advance_rest(t)
+
+
+def _advance_version(t: Transition) -> None:
     # The version-checked update comes first (it also locks the row); the inbox row only
     # if it matched: one statement on PostgreSQL.
     updated = sql.update_then_insert(
@@ -147,6 +191,9 @@ def _advance(t: Transition) -> _Written:
     )
     if not updated:
         raise VersionConflict
+
+
+def _advance_rest(t: Transition) -> _Written:
     if t.completes:
         # A completed saga keeps no pending timer, and writes none of its last step's.
         written = _Written(canceled=timer_store.cancel_all(t.saga_id, now=t.now))

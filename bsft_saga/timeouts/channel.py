@@ -9,15 +9,18 @@ from datetime import datetime
 from types import MappingProxyType
 from typing import Any
 
+from django.db import transaction
 from django.db.models import F
 
 from bsft_saga import clock, telemetry
-from bsft_saga.delivery.channel import Channel
+from bsft_saga.conf import TimeoutSettings
+from bsft_saga.delivery.channel import Channel, Sorted
 from bsft_saga.events import codec
 from bsft_saga.events.envelope import Envelope, TimerOrigin
 from bsft_saga.events.registry import event_class, event_type_of
 from bsft_saga.models import SagaInstance, SagaTimeout, TimeoutOutcome, TimeoutScope
 from bsft_saga.querysets import SagaTimeoutQuerySet
+from bsft_saga.timeouts.catch_up import select_missed
 
 
 class TimerChannel(Channel[SagaTimeout]):
@@ -74,6 +77,42 @@ class TimerChannel(Channel[SagaTimeout]):
                 timeout_id=row.pk, saga_id=row.saga_id, name=row.name, claim_token=token
             ),
         )
+
+    def saga_of(self, row: SagaTimeout) -> uuid.UUID:
+        return row.saga_id
+
+    def sort_out(
+        self, rows: list[SagaTimeout], token: uuid.UUID, config: TimeoutSettings, now: datetime
+    ) -> Sorted[SagaTimeout]:
+        """Retire the rows the catch-up policy discards as missed, in a commit of their own."""
+        # The policy reads before the transaction opens: on SQLite a transaction that reads
+        # first and writes later can be refused the write lock.
+        missed_ids = select_missed(rows, config, now)
+        if not missed_ids:
+            return Sorted(rows)
+        with transaction.atomic():
+            missed = self._stamp_missed([row for row in rows if row.pk in missed_ids], token)
+        for row in missed:
+            telemetry.count("timeout.missed", row.saga.saga_type)
+        return Sorted(
+            [row for row in rows if row.pk not in missed_ids],
+            missed=len(missed),
+            unclaimed=len(missed_ids) - len(missed),
+        )
+
+    def _stamp_missed(self, rows: list[SagaTimeout], token: uuid.UUID) -> list[SagaTimeout]:
+        """Retire ``rows`` as missed (one statement); return those this pass still held."""
+        ids = [row.pk for row in rows]
+        # Write first, then read which rows were ours (a read first could cost SQLite's lock).
+        self.held(token).filter(pk__in=ids).update(
+            dispatched_at=clock.now(), outcome=TimeoutOutcome.MISSED, claimed_until=None
+        )
+        stamped = set(
+            SagaTimeout.objects.filter(
+                pk__in=ids, claim_token=token, outcome=TimeoutOutcome.MISSED
+            ).values_list("pk", flat=True)
+        )
+        return [row for row in rows if row.pk in stamped]
 
     def saga_type(self, row: SagaTimeout) -> str:
         return row.saga.saga_type

@@ -1,55 +1,25 @@
-"""Claim a batch of rows, then deliver it in one transaction with a savepoint per row."""
+"""Claiming a batch of ready rows for one pass, in a short transaction of its own."""
 
 from __future__ import annotations
 
-import asyncio
-import enum
 import logging
 import uuid
-from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, Generic
 
-from django.db import DatabaseError, connection, transaction
+from django.db import connection, transaction
 from django.db.models import F, prefetch_related_objects
 
-from bsft_saga import clock, sql, telemetry
-from bsft_saga.conf import TimeoutSettings, saga_settings
-from bsft_saga.delivery.backoff import retry_delay
+from bsft_saga import telemetry
+from bsft_saga.conf import saga_settings
 from bsft_saga.delivery.channel import Channel, R
-from bsft_saga.delivery.failures import failure_reason
-from bsft_saga.events.sending import send_envelope
+from bsft_saga.delivery.failures import CONNECTION_LOST
 from bsft_saga.models import DeliveryRow
 from bsft_saga.querysets import DeliveryQuerySet
 
 logger = logging.getLogger("bsft_saga.delivery")
-
-_NO_LEASE = {"claimed_until": None}
-
-
-class Outcome(enum.Enum):
-    """What delivering one claimed row came to."""
-
-    DELIVERED = "delivered"
-    FAILED = "failed"  # an attempt failed; the row waits for its retry
-    DEAD_LETTERED = "dead_lettered"
-    UNCLAIMED = "unclaimed"  # cancelled, replaced or taken over since it was claimed
-
-
-@dataclass(frozen=True)
-class Delivered:
-    """The outcome of each row of one batch, in delivery order."""
-
-    outcomes: tuple[tuple[Any, Outcome], ...] = ()
-
-    def count(self, outcome: Outcome) -> int:
-        return sum(1 for _row, o in self.outcomes if o is outcome)
-
-    def by_saga_type(self, channel: Channel[Any], outcome: Outcome) -> Counter[str]:
-        return Counter(channel.saga_type(row) for row, o in self.outcomes if o is outcome)
-
 
 #: What a row's last attempt records when the pass that claimed it never finished: its
 #: lease ran out with the row still open and the claim never given back.
@@ -141,10 +111,22 @@ def _abandoned(row: DeliveryRow) -> bool:
     return row.claim_token is not None
 
 
+def _took_its_pass_down(row: DeliveryRow) -> bool:
+    # Its last attempt ended with its pass's database connection: delivered with others
+    # again, it could take their commit down with it.
+    return row.last_error.startswith(CONNECTION_LOST)
+
+
 def _sort_out(rows: list[R], max_attempts: int) -> tuple[list[R], list[R]]:
-    """The rows to claim (the first abandoned one alone, if any) and those to give up."""
+    """The rows to claim (the first suspect alone, if any) and those to give up.
+
+    A suspect is a row that may have killed the pass that last held it: an abandoned one,
+    or one whose delivery lost its pass's connection.
+    """
     given_up = [r for r in rows if _abandoned(r) and r.attempts + 1 >= max_attempts]
-    suspects = [r for r in rows if _abandoned(r) and r not in given_up]
+    suspects = [
+        r for r in rows if (_abandoned(r) or _took_its_pass_down(r)) and r not in given_up
+    ]
     if suspects:
         return suspects[:1], given_up
     return [r for r in rows if not _abandoned(r)], given_up
@@ -177,92 +159,3 @@ def _give_up(channel: Channel[R], where: DeliveryQuerySet[R], rows: list[R], now
             row.attempts + 1,
             ABANDONED,
         )
-
-
-def deliver(
-    channel: Channel[R], rows: Sequence[R], token: uuid.UUID, config: TimeoutSettings
-) -> Delivered:
-    """Deliver claimed ``rows``; call it inside the ``transaction.atomic`` of the batch.
-
-    Each row runs in its own savepoint: stamped delivered (only while ``token`` still holds
-    it), then published. A row whose envelope cannot be built or whose receivers raise
-    rolls back alone and is recorded as a failed attempt; the others go on. A failure that
-    broke the transaction itself (the connection is gone) is re-raised: the whole batch
-    rolls back and its rows are claimed again after their lease.
-    """
-    if not connection.in_atomic_block:
-        raise RuntimeError("deliver() runs inside the batch's transaction.atomic()")
-    return Delivered(tuple((row, _deliver_one(channel, row, token, config)) for row in rows))
-
-
-def _deliver_one(channel: Channel[R], row: R, token: uuid.UUID, config: TimeoutSettings) -> Outcome:
-    try:
-        envelope = channel.envelope(row, token)
-        with transaction.atomic():
-            retire = {**channel.delivered(clock.now()), **_NO_LEASE, "next_attempt_at": None}
-            stamped = sql.update(channel.model, retire, channel.where_held(row, token))
-            if not stamped:
-                return Outcome.UNCLAIMED
-            with channel.publishing(row):
-                send_envelope(envelope, isolated=True)
-    except (Exception, asyncio.CancelledError) as exc:
-        # A cancellation raised by a woken step is that row's failure, not a shutdown.
-        _raise_if_transaction_broken(exc)
-        logger.exception("bsft_saga: %s failed", channel.describe(row))
-        return record_failure(channel, row, token, exc, config)
-    return Outcome.DELIVERED
-
-
-def record_failure(
-    channel: Channel[R],
-    row: R,
-    token: uuid.UUID,
-    exc: BaseException,
-    config: TimeoutSettings,
-) -> Outcome:
-    """Count a failed attempt of ``row``: retry after the back-off, or dead-letter it.
-
-    The record is written only while ``token`` still holds the row, in a savepoint of its
-    own: a record that cannot be written is logged and leaves the row to its lease (it is
-    tried again once that has passed); it never stops the batch.
-    """
-    reason = failure_reason(exc)
-    attempts = row.attempts + 1
-    now = clock.now()
-    values: dict[str, Any] = {"attempts": attempts, "last_error": reason, **_NO_LEASE}
-    if attempts >= config.max_dispatch_attempts:
-        outcome = Outcome.DEAD_LETTERED
-        values.update(
-            channel.dead_lettered(now, reason), dead_lettered_at=now, next_attempt_at=None
-        )
-    else:
-        outcome = Outcome.FAILED
-        delay = retry_delay(attempts, base=config.retry_backoff, cap=config.max_retry_delay)
-        values.update(next_attempt_at=now + delay, claim_token=None)
-    try:
-        with transaction.atomic():
-            recorded = channel.held(token).filter(pk=row.pk).update(**values)
-    except DatabaseError as error:
-        _raise_if_transaction_broken(error)
-        logger.exception("bsft_saga: could not record the failure of %s", channel.describe(row))
-        return Outcome.FAILED
-    return outcome if recorded else Outcome.UNCLAIMED
-
-
-def count_outcomes(channel: Channel[Any], delivered: Delivered) -> None:
-    """Add a committed batch's deliveries and dead letters to the channel's counters."""
-    for outcome, counter in (
-        (Outcome.DELIVERED, channel.delivered_counter),
-        (Outcome.DEAD_LETTERED, channel.dead_lettered_counter),
-    ):
-        if counter is not None:
-            for saga_type, n in delivered.by_saga_type(channel, outcome).items():
-                telemetry.count(counter, saga_type, n)
-
-
-def _raise_if_transaction_broken(exc: BaseException) -> None:
-    # Rolling back to the row's savepoint failed, or Django closed the connection: the
-    # database is gone (failover, a killed session), not this row. Nothing more of the
-    # batch can be written, so it must not be counted row by row either.
-    if connection.needs_rollback or connection.closed_in_transaction:
-        raise exc

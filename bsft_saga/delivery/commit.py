@@ -1,0 +1,184 @@
+"""Group commit: the writes of many delivered rows in one short transaction.
+
+A pass runs each row's receivers with no transaction open and keeps what they left to
+write: the windows of the steps the row's event woke (staged by the engine) and the row's
+own stamp. A :class:`CommitGroup` collects those :class:`Unit` s and writes them in one
+transaction, each unit in a savepoint, so that one WAL flush covers many rows and no lock
+is held while user code runs.
+
+The lock order is the same in every transaction that writes sagas, so that two passes, or
+a pass and a publisher, never wait for each other in a circle: instances being created
+first (by ``saga_type`` and key: the unique index is what they lock), then existing sagas
+in ascending ``id``, each saga's row before its timer and outbox rows. A publisher's window
+locks its one saga, then that saga's timers; a unit writes its saga's window, then stamps
+the row. A unit whose event woke several sagas is committed in a group of its own, its
+windows in that order, the stamp last.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from dataclasses import dataclass, field
+from typing import Any, Generic
+
+from django.db import DatabaseError, IntegrityError, transaction
+
+from bsft_saga import clock, sql
+from bsft_saga.delivery.channel import Channel, R
+from bsft_saga.delivery.failures import failure_reason, lost_the_connection
+from bsft_saga.delivery.report import Outcome
+from bsft_saga.delivery.staging import LostRace, StagedWindow
+
+logger = logging.getLogger("bsft_saga.delivery")
+
+LockKey = tuple[Any, ...]
+
+
+def lock_order(window: StagedWindow) -> LockKey:
+    """Where ``window`` falls in a commit: creations by key, then sagas by ``id``."""
+    if window.creates:
+        return (0, window.saga_type, window.correlation_key)
+    return (1, window.saga_id)
+
+
+@dataclass
+class Unit(Generic[R]):
+    """One delivered row: the windows its event staged, written with the row's stamp."""
+
+    row: R
+    windows: list[StagedWindow] = field(default_factory=list)
+
+    def lock_key(self, channel: Channel[R]) -> LockKey:
+        if self.windows:
+            return min(lock_order(w) for w in self.windows)
+        owner = channel.saga_of(self.row)
+        return (1, owner) if owner is not None else (2, str(self.row.pk))
+
+
+@dataclass(frozen=True)
+class Committed(Generic[R]):
+    """What writing one group came to, row by row."""
+
+    outcomes: list[tuple[R, Outcome]]
+    #: Rows whose window lost a version race: deliver them again, against fresh state.
+    conflicted: list[R]
+    #: Rows whose writes failed for a reason of their own: to be recorded as failed attempts.
+    failed: list[tuple[R, str]]
+
+
+class CommitGroup(Generic[R]):
+    """The units a pass delivered and has not committed yet."""
+
+    def __init__(self, channel: Channel[R], token: uuid.UUID) -> None:
+        self.channel = channel
+        self.token = token
+        self.units: list[Unit[R]] = []
+        self._sagas: set[uuid.UUID] = set()
+        self._keys: set[tuple[str, str]] = set()
+        #: The row whose writes are being made (charged if they cost the connection).
+        self.writing: R | None = None
+
+    def __bool__(self) -> bool:
+        return bool(self.units)
+
+    def add(self, unit: Unit[R]) -> None:
+        self.units.append(unit)
+        owner = self.channel.saga_of(unit.row)
+        if owner is not None:
+            self._sagas.add(owner)
+        for window in unit.windows:
+            self._sagas.add(window.saga_id)
+            self._keys.add((window.saga_type, window.correlation_key))
+
+    def holds_saga(self, saga_id: uuid.UUID | None) -> bool:
+        return saga_id is not None and saga_id in self._sagas
+
+    def holds_key(self, saga_type: str, correlation_key: str) -> bool:
+        return (saga_type, correlation_key) in self._keys
+
+    def commit(self) -> Committed[R]:
+        """Write every unit, in lock order, in one transaction; then start afresh.
+
+        A unit that lost a version race, or whose row is no longer this pass's, rolls back
+        alone. A lost connection escapes (with :attr:`writing` naming the unit's row).
+        """
+        units = sorted(self.units, key=lambda unit: unit.lock_key(self.channel))
+        self.units, self._sagas, self._keys = [], set(), set()
+        outcomes: list[tuple[R, Outcome]] = []
+        conflicted: list[R] = []
+        failed: list[tuple[R, str]] = []
+        if not units:
+            return Committed(outcomes, conflicted, failed)
+        with transaction.atomic():
+            for unit in units:
+                self.writing = unit.row
+                result = self._write(unit)
+                if isinstance(result, Outcome):
+                    outcomes.append((unit.row, result))
+                elif result is None:
+                    conflicted.append(unit.row)
+                else:
+                    failed.append((unit.row, result))
+            self.writing = None
+        return Committed(outcomes, conflicted, failed)
+
+    def _write(self, unit: Unit[R]) -> Outcome | str | None:
+        """The unit's outcome, the reason its writes failed, or ``None`` if it lost a race."""
+        windows = sorted(unit.windows, key=lock_order)
+        try:
+            with transaction.atomic():
+                self._write_in_lock_order(unit.row, windows)
+        except _NotHeld:
+            return Outcome.UNCLAIMED
+        except LostRace:
+            return None
+        except IntegrityError as exc:
+            if lost_the_connection(exc):
+                raise
+            if any(window.lost_a_race() for window in windows):
+                return None
+            logger.exception("bsft_saga: writing %s failed", self.channel.describe(unit.row))
+            return failure_reason(exc)
+        except DatabaseError as exc:
+            if lost_the_connection(exc):
+                raise
+            logger.exception("bsft_saga: writing %s failed", self.channel.describe(unit.row))
+            return failure_reason(exc)
+        return Outcome.DELIVERED
+
+    def _write_in_lock_order(self, row: R, windows: list[StagedWindow]) -> None:
+        """Each saga's row, then its timers and outbox rows; the stamp in its saga's place.
+
+        The row's stamp comes right after its own saga's row is locked (and before that
+        saga's timers are written: ending a wait cancels the step's pending timers, which
+        the stamp has just retired) or, if no window is its saga's, in that saga's order.
+        """
+        owner = self.channel.saga_of(row)
+        place: LockKey = (1, owner) if owner is not None else (2, str(row.pk))
+        stamped = False
+        for window in windows:
+            if not stamped and lock_order(window) > place:
+                self._stamp_or_raise(row)
+                stamped = True
+            window.lock()
+            if not stamped and lock_order(window) == place:
+                self._stamp_or_raise(row)
+                stamped = True
+            window.write()
+        if not stamped:
+            self._stamp_or_raise(row)
+
+    def _stamp_or_raise(self, row: R) -> None:
+        if not self._stamp(row):
+            raise _NotHeld
+
+    def _stamp(self, row: R) -> bool:
+        """Retire ``row`` as delivered, while this pass's claim still holds it (the fence)."""
+        channel = self.channel
+        retire = {**channel.delivered(clock.now()), "claimed_until": None, "next_attempt_at": None}
+        return bool(sql.update(channel.model, retire, channel.where_held(row, self.token)))
+
+
+class _NotHeld(Exception):
+    """The row was canceled, replaced or taken over since it was claimed."""

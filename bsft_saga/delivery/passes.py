@@ -1,0 +1,330 @@
+"""One delivery pass over a channel: claim, run the rows' receivers, commit in groups.
+
+1. **Claim** a batch of ready rows in a short transaction of its own
+   (:func:`~bsft_saga.delivery.claim.claim`).
+2. **Run** each row's receivers with no transaction open: its envelope goes to the
+   ``event_published`` signal; a step it wakes plans and runs its bodies as for any event,
+   and stages its window with the pass instead of committing it
+   (:mod:`~bsft_saga.delivery.staging`).
+3. **Commit** what has been delivered (windows and stamps, a savepoint per row, in one lock
+   order: :mod:`~bsft_saga.delivery.commit`) at least every :data:`COMMIT_INTERVAL` of
+   delivering, before a row whose saga already has writes waiting, and at the end of the
+   batch. A row whose window lost a version race is delivered again (its receivers run
+   again); a row whose receivers raised discards its writes and records a failed attempt.
+4. **After each commit**, the outbox rows its steps staged are delivered the same way (by
+   ``on_commit``).
+
+So a saga is never left uncommitted behind its own receivers for longer than a commit
+interval (or the one row being delivered, if that takes longer), no lock is held while user
+code runs, and a pass killed at any moment repeats the receivers of the rows of its last
+group only. If the pass is running inside a caller's transaction (a test wrapped in one),
+its commits are savepoints of that transaction and each row's receivers run in a savepoint.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+import uuid
+from collections import Counter, deque
+from collections.abc import Iterable
+from datetime import UTC, datetime, timedelta
+from typing import Any, Generic
+
+from django.db import connection, transaction
+
+from bsft_saga import clock, telemetry
+from bsft_saga.conf import TimeoutSettings, saga_settings
+from bsft_saga.delivery import recovery
+from bsft_saga.delivery.channel import Channel, R
+from bsft_saga.delivery.claim import claim
+from bsft_saga.delivery.commit import CommitGroup, Unit
+from bsft_saga.delivery.failures import (
+    failure_reason,
+    lost_connection_reason,
+    lost_the_connection,
+    record_failure,
+)
+from bsft_saga.delivery.report import DeliveryReport, Outcome
+from bsft_saga.delivery.staging import StagedWindow, delivering
+from bsft_saga.events.sending import send_envelope
+from bsft_saga.exceptions import SagaConcurrencyError
+
+logger = logging.getLogger("bsft_saga.delivery")
+
+#: Seconds of delivering after which a pass commits what it has delivered: the longest a
+#: saga stays uncommitted behind its own receivers, and what a killed pass repeats.
+COMMIT_INTERVAL = 0.1
+
+
+def _stopwatch() -> float:
+    # Real elapsed time, also under freezegun (which replaces time.monotonic): the interval
+    # bounds how long real work stays uncommitted, whatever a test does to the clock.
+    if hasattr(time, "clock_gettime"):
+        return time.clock_gettime(time.CLOCK_MONOTONIC)
+    return time.monotonic()
+
+
+def run_pass(
+    channel: Channel[R],
+    *,
+    limit: int,
+    now: datetime | None = None,
+    only: Iterable[Any] | None = None,
+) -> DeliveryReport:
+    """Claim up to ``limit`` ready rows of ``channel`` (``only``: among these pks) and
+    deliver them; report what became of them.
+
+    Safe to run from many processes at once: concurrent passes claim disjoint rows. One
+    failing row never stops the pass. ``KeyboardInterrupt``/``SystemExit`` and a database
+    that stays unreachable escape; the rows still claimed are given back (see
+    :mod:`~bsft_saga.delivery.recovery`).
+    """
+    config = saga_settings.timeouts
+    moment = now or clock.now()
+    wanted = None if only is None else list(only)
+    recovered = recovery.give_back(channel) if recovery.waiting(channel) else recovery.GivenBack()
+    token = uuid.uuid4()
+    with recovery.guarding(channel, token) as guard:
+        claimed = claim(
+            channel,
+            limit=limit,
+            token=token,
+            now=moment,
+            lease=config.claim_lease,
+            max_attempts=config.max_dispatch_attempts,
+            only=wanted,
+        )
+        given_up = len(claimed.dead_lettered)
+        skipped = len(wanted) - len(claimed.rows) - given_up if wanted is not None else 0
+        if not claimed.rows:
+            return DeliveryReport(
+                delivered=recovered.delivered, dead_lettered=given_up, unclaimed=skipped
+            )
+        sorted_out = channel.sort_out(claimed.rows, token, config, moment)
+        # Sorting out wrote a commit of its own: check the rest is still held before delivering.
+        rechecked = sorted_out.to_deliver is not claimed.rows
+        report = deliver_claimed(
+            channel, sorted_out.to_deliver, token, guard=guard, check_first=rechecked
+        )
+    return report + DeliveryReport(
+        delivered=recovered.delivered,
+        dead_lettered=given_up,
+        unclaimed=skipped + sorted_out.unclaimed,
+        missed=sorted_out.missed,
+    )
+
+
+def deliver_claimed(
+    channel: Channel[R],
+    rows: list[R],
+    token: uuid.UUID,
+    *,
+    guard: recovery.Guard | None = None,
+    check_first: bool = False,
+) -> DeliveryReport:
+    """Deliver ``rows``, which ``token`` claimed (each with its ``claimed_until``).
+
+    After each commit, and past half the lease, the pass checks which of the rows still to
+    come it holds (renewing their lease in the second case): those canceled, replaced or
+    taken over meanwhile are ``unclaimed`` and never published. So a batch of slow
+    receivers keeps its rows, and a pass that stalled past its lease publishes nothing it
+    no longer holds.
+    """
+    delivery = _Pass(channel, token, saga_settings.timeouts, guard or recovery.Guard())
+    delivery.stale = check_first
+    return delivery.run(rows)
+
+
+def _renewal_time(rows: list[R], lease: timedelta) -> datetime:
+    ends = min((row.claimed_until for row in rows if row.claimed_until), default=None)
+    return ends - lease / 2 if ends is not None else datetime.max.replace(tzinfo=UTC)
+
+
+class _Pass(Generic[R]):
+    """Delivers one claimed batch; offers the engine a place to stage its windows."""
+
+    def __init__(
+        self,
+        channel: Channel[R],
+        token: uuid.UUID,
+        config: TimeoutSettings,
+        guard: recovery.Guard,
+    ) -> None:
+        self.channel = channel
+        self.token = token
+        self.config = config
+        self.guard = guard
+        self.group: CommitGroup[R] = CommitGroup(channel, token)
+        self.group_started: float | None = None
+        self.unit: Unit[R] | None = None  # the row whose receivers are running
+        # Inside a caller's transaction each row's receivers run in a savepoint, so that a
+        # failing one cannot abort that transaction, and each row is committed (a savepoint
+        # too) right after them, so that no commit ever falls inside another row's savepoint.
+        self.nested = connection.in_atomic_block
+        self.queue: deque[R] = deque()
+        #: Whether a commit happened since the pass last checked which rows it still holds
+        #: (the claim itself is such a check).
+        self.stale = False
+        self.conflicts: dict[Any, int] = {}
+        self.outcomes: Counter[Outcome] = Counter()
+        self.counted: Counter[tuple[str, str]] = Counter()
+
+    # -- the batch ---------------------------------------------------------------------
+
+    def run(self, rows: list[R]) -> DeliveryReport:
+        self.queue.extend(rows)
+        self.renew_at = _renewal_time(rows, self.config.claim_lease)
+        while self.queue:
+            row = self.queue[0]
+            if self.group.holds_saga(self.channel.saga_of(row)) or self._interval_over():
+                self._commit()
+            if self.group_started is None and (self.stale or clock.now() >= self.renew_at):
+                self._refresh()
+                if not self.queue or self.queue[0] is not row:
+                    continue
+            self.queue.popleft()
+            self._deliver(row)
+            if self.nested or self._interval_over():
+                self._commit()
+        self._commit()
+        for (counter, saga_type), n in self.counted.items():
+            telemetry.count(counter, saga_type, n)
+        return DeliveryReport(
+            delivered=self.outcomes[Outcome.DELIVERED],
+            failed=self.outcomes[Outcome.FAILED],
+            dead_lettered=self.outcomes[Outcome.DEAD_LETTERED],
+            unclaimed=self.outcomes[Outcome.UNCLAIMED],
+        )
+
+    def _refresh(self) -> None:
+        """Before a commit group: drop the rows to come that are no longer this pass's.
+
+        A commit of this pass (a step that ended a wait) or another process may have
+        canceled or replaced a claimed row meanwhile: a canceled timer is never published.
+        Past half the lease, the claims of the rows to come are renewed too, so a batch of
+        slow receivers keeps its rows.
+        """
+        now = clock.now()
+        held = self.channel.held(self.token).filter(pk__in=[row.pk for row in self.queue])
+        if now >= self.renew_at:
+            until = now + self.config.claim_lease
+            held.update(claimed_until=until)
+            self.renew_at = now + self.config.claim_lease / 2
+        still = set(held.values_list("pk", flat=True))
+        for row in list(self.queue):
+            if row.pk not in still:
+                self.queue.remove(row)
+                self._count(row, Outcome.UNCLAIMED)
+        self.stale = False
+
+    def _interval_over(self) -> bool:
+        started = self.group_started
+        return started is not None and _stopwatch() - started >= COMMIT_INTERVAL
+
+    def _deliver(self, row: R) -> None:
+        """Run ``row``'s receivers; keep its writes for the group, or record its failure."""
+        channel = self.channel
+        unit: Unit[R] = Unit(row)
+        if self.group_started is None:
+            self.group_started = _stopwatch()
+        # Charged if the connection goes while it runs; left set when that escapes.
+        self.guard.in_flight = row
+        try:
+            envelope = channel.envelope(row, self.token)
+            self.unit = unit
+            with (
+                delivering(envelope.message_id, self),
+                channel.publishing(row),
+                transaction.atomic() if self.nested else contextlib.nullcontext(),
+            ):
+                send_envelope(envelope)
+        except (Exception, asyncio.CancelledError) as exc:
+            # A cancellation raised by a woken step is that row's failure, not a shutdown.
+            self.unit = None
+            if lost_the_connection(exc):
+                self._lost_connection(row, exc)
+            else:
+                logger.exception("bsft_saga: %s failed", channel.describe(row))
+                self._fail(row, failure_reason(exc))
+            self.guard.in_flight = None
+            return
+        self.unit = None
+        self.guard.in_flight = None
+        if len(unit.windows) > 1:
+            # Its event woke several sagas: committed alone, its windows in lock order.
+            self._commit()
+            self.group.add(unit)
+            self._commit()
+        else:
+            self.group.add(unit)
+
+    # -- what the engine's receiver calls (staging.Stager) -------------------------------
+
+    def stage(self, window: StagedWindow) -> None:
+        if self.unit is None:
+            raise RuntimeError("a window was staged while no row was being delivered")
+        self.unit.windows.append(window)
+
+    def make_room(self, saga_type: str, correlation_key: str) -> bool:
+        if not self.group.holds_key(saga_type, correlation_key):
+            return False
+        self._commit()
+        return True
+
+    # -- committing ----------------------------------------------------------------------
+
+    def _commit(self) -> None:
+        self.group_started = None
+        if not self.group:
+            return
+        in_flight = self.guard.in_flight
+        try:
+            committed = self.group.commit()
+        except BaseException:
+            # The row whose receivers were running is the suspect, else the one being written.
+            self.guard.in_flight = in_flight or self.group.writing
+            raise
+        self.stale = True
+        for row, outcome in committed.outcomes:
+            self._count(row, outcome)
+        for row, reason in committed.failed:
+            self._fail(row, reason)
+        for row in committed.conflicted:
+            self._deliver_again(row)
+
+    def _deliver_again(self, row: R) -> None:
+        """Queue ``row`` again after its window lost a race, up to the engine's retry limit."""
+        conflicts = self.conflicts.get(row.pk, 0) + 1
+        if conflicts > saga_settings.max_conflict_retries:
+            error = SagaConcurrencyError(
+                f"{self.channel.describe(row)} lost the optimistic-concurrency race "
+                f"{conflicts} times; raise BSFT_SAGA['ENGINE']['MAX_CONFLICT_RETRIES'] or "
+                "reduce contention on this instance"
+            )
+            self._fail(row, failure_reason(error))
+            return
+        self.conflicts[row.pk] = conflicts
+        self.queue.append(row)
+
+    def _fail(self, row: R, reason: str) -> None:
+        self._count(row, record_failure(self.channel, row, self.token, reason, self.config))
+
+    def _lost_connection(self, row: R, exc: BaseException) -> None:
+        """The connection went while ``row``'s receivers ran: charge it, keep the others."""
+        if self.nested:
+            raise exc  # the caller's transaction went with it
+        connection.close()  # the next statement reconnects
+        self._commit()  # what the other rows delivered
+        self._fail(row, lost_connection_reason(exc))
+
+    def _count(self, row: R, outcome: Outcome) -> None:
+        self.outcomes[outcome] += 1
+        counter = {
+            Outcome.DELIVERED: self.channel.delivered_counter,
+            Outcome.DEAD_LETTERED: self.channel.dead_lettered_counter,
+        }.get(outcome)
+        if counter is not None:
+            self.counted[counter, self.channel.saga_type(row)] += 1
