@@ -11,7 +11,14 @@ class TestAppConfig(AppConfig):
     @property
     def saga_flows(self) -> list[type]:
         # Each test area keeps its flows in its own module's FLOWS list.
-        from tests.testapp import flows, load_flows, ops_flows, parcel_flows, timer_flows
+        from tests.testapp import (
+            dispatch_flows,
+            flows,
+            load_flows,
+            ops_flows,
+            parcel_flows,
+            timer_flows,
+        )
 
         return [
             *flows.FLOWS,
@@ -19,4 +26,5 @@ class TestAppConfig(AppConfig):
             *load_flows.FLOWS,
             *ops_flows.FLOWS,
             *parcel_flows.FLOWS,
+            *dispatch_flows.FLOWS,
         ]
