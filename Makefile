@@ -34,16 +34,19 @@ conn.close()
 endef
 export PG_CHECK
 
-.PHONY: help venv lint test test-sqlite test-postgres demo bench soak wheel clean distclean
+.PHONY: help venv lint test test-fast test-sqlite test-postgres demo docs dist bench soak wheel clean distclean
 
 help:
 	@echo "make demo           set up .venv, run the sample project's sagas on SQLite end to end"
 	@echo "make test           set up .venv, ruff + mypy, the suite on SQLite and on PostgreSQL"
-	@echo "make lint           ruff check + mypy"
+	@echo "make test-fast      ruff + mypy, the suite on SQLite without the tests marked slow (< 2 min)"
+	@echo "make lint           ruff check, ruff format --check, mypy"
 	@echo "make test-sqlite    the suite on SQLite   (PYTEST_ARGS='-k timers' to narrow)"
 	@echo "make test-postgres  the suite on PostgreSQL at $(PG_HOST):$(PG_PORT)"
 	@echo "make bench          measure against hand-written Django on PostgreSQL (BENCH_SIZE=smoke: ~1 min)"
 	@echo "make soak           2 x 30 min of steady load on PostgreSQL: what drifts (BENCH_SOAK_MINUTES=1: ~3 min)"
+	@echo "make docs           build the documentation site into site/ (strict: broken links fail)"
+	@echo "make dist           build sdist + wheel, twine check, run the demo against the installed wheel"
 	@echo "make wheel          build the wheel into dist/"
 	@echo "make clean          remove build output and test databases (distclean: also .venv)"
 
@@ -60,6 +63,7 @@ $(STAMP): pyproject.toml
 
 lint: venv
 	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy bsft_saga tests sample_project bench
 
 test-sqlite: venv
@@ -77,7 +81,15 @@ test-postgres: venv
 	    echo "SKIPPED: PostgreSQL run — not reachable at $(PG_HOST):$(PG_PORT) (user $(PG_USER)); start it and run 'make test-postgres'"; \
 	fi
 
-test: venv lint test-sqlite test-postgres
+test: venv lint docs test-sqlite test-postgres
+
+# The quick loop while working: everything but the subprocess, load and worker tests.
+test-fast: venv lint
+	DATABASE_URL=$(SQLITE_DATABASE_URL) $(VENV)/bin/pytest -m "not slow" $(PYTEST_ARGS)
+
+# --strict: a broken link or anchor, or an API reference that no longer resolves, fails.
+docs: venv
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --site-dir site
 
 demo: venv
 	rm -f $(DEMO_DB)
@@ -98,8 +110,36 @@ soak: venv
 wheel: venv
 	$(PY) -m build --wheel --outdir dist
 
+# What a release uploads, checked as a user meets it: the sdist and the wheel built in
+# isolation (from pyproject's build requirements alone), their metadata checked by twine,
+# then the wheel installed into a fresh venv (the `testing` extra and django-environ are
+# what the demo needs) and the sample project's demo run from a copy outside the checkout,
+# so only the installed bsft_saga can be imported.
+dist: venv
+	rm -rf dist
+	$(PY) -m build --outdir dist .
+	$(VENV)/bin/twine check --strict dist/*
+	@tmp=$$(mktemp -d); trap 'rm -rf "$$tmp"' EXIT; \
+	wheel=$$(echo $(CURDIR)/dist/*.whl); \
+	echo "dist: installing $$wheel into a fresh venv in $$tmp"; \
+	$(PYTHON) -m venv "$$tmp/venv"; \
+	"$$tmp/venv/bin/python" -m pip install --quiet --disable-pip-version-check \
+	    "$$wheel[testing]" 'django-environ>=0.11'; \
+	cp -R sample_project manage.py "$$tmp/"; \
+	find "$$tmp/sample_project" \( -name '*.sqlite3' -o -name __pycache__ \) -prune -exec rm -rf {} +; \
+	cd "$$tmp"; \
+	unset PYTHONPATH DJANGO_SETTINGS_MODULE VIRTUAL_ENV; \
+	where=$$(venv/bin/python -c 'import bsft_saga; print(bsft_saga.__file__)'); \
+	echo "dist: bsft_saga imported from $$where"; \
+	case "$$where" in "$$tmp/venv/"*) ;; \
+	    *) echo "ERROR: bsft_saga was imported from $$where, not from the wheel" >&2; exit 1;; \
+	esac; \
+	export DATABASE_URL="sqlite:///$$tmp/demo.sqlite3"; \
+	venv/bin/python manage.py migrate --noinput --verbosity 0; \
+	venv/bin/python manage.py run_demo
+
 clean:
-	rm -rf build dist *.egg-info .mypy_cache .ruff_cache .pytest_cache .hypothesis
+	rm -rf build dist site *.egg-info .mypy_cache .ruff_cache .pytest_cache .hypothesis
 	rm -f .test-db.sqlite3 $(DEMO_DB)
 	find . -path ./$(VENV) -prune -o -name __pycache__ -type d -prune -exec rm -rf {} +
 
