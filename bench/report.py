@@ -46,7 +46,7 @@ KEYS = (
 
 @dataclass(frozen=True)
 class Target:
-    """One target of issue 6: ``value(metrics) <op> threshold``."""
+    """One target of ``make bench``: ``value(metrics) <op> threshold``."""
 
     name: str
     value: Callable[[dict[str, float]], float]

@@ -286,7 +286,8 @@ class SagaTimeout(DeliveryRow):
     )
     scheduled_at = models.DateTimeField(_("scheduled at"))
     dispatched_at = models.DateTimeField(_("dispatched at"), null=True, blank=True)
-    # Null, not "", while pending: API.md promises `outcome` is None until the timer leaves.
+    # Null, not "", while pending: a pending timer has no outcome yet, and the HTTP API and
+    # `saga_status` show it as null rather than as an empty outcome.
     outcome = models.CharField(  # noqa: DJ001
         _("outcome"), max_length=20, choices=TimeoutOutcome.choices, null=True, blank=True
     )

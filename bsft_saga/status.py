@@ -24,7 +24,7 @@ __all__ = ["SagaStatus", "dead_letters", "due_timeouts", "lag_seconds", "saga_st
 
 @dataclass(frozen=True)
 class SagaStatus:
-    """A snapshot of the saga tables; the field names are the JSON keys of API.md.
+    """A snapshot of the saga tables; the field names are the JSON keys of ``GET status/``.
 
     - ``timeouts_due``: pending timers whose ``due_at`` has passed, a timer waiting for its
       retry back-off (``next_attempt_at`` in the future) included: it is late as well.

@@ -1,5 +1,5 @@
 """Catch-up policies: what one pass does with a backlog of timers that came due while
-nothing was draining (issue "Durable named timeouts"; seed 000, CatchUpPolicy).
+nothing was draining (``CatchUpPolicy``).
 
 Each test schedules quotes, jumps the clock days ahead as if the dispatcher had been down,
 and drains once. A QuoteFlow instance has two reminders: "followup" due after 2 days and

@@ -1,5 +1,5 @@
 """Deadlines: ``with_deadline(budget, on_expired=...)`` and ``deadline_exceeded(envelope)``
-(API.md, "Deadlines"; seed 004, "Timeout Propagation").
+(docs/deadlines.md): a budget set when the saga starts travels with every event it causes.
 
 TransferFlow (30 minutes) and PaymentFlow (30 minutes, with the Ledger as its account
 service) live in tests/testapp/timer_flows.py. Transactional, because events a step

@@ -1,6 +1,5 @@
 """Failures heal: a failed timer or outbox row waits out a doubling back-off, and no pass of
-any kind tries it before ``next_attempt_at`` (issue "The dispatcher for bad days and busy
-days", shared/API.md "Failures heal, faults stay contained").
+any kind tries it before ``next_attempt_at``.
 
 The measured bug this pins: a receiver failing for 300 ms used to dead-letter its timer
 within one beat tick, because every pass retried it at once and the Celery task, the

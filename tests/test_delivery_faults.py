@@ -1,6 +1,4 @@
-"""Faults stay contained: one row's trouble never aborts a pass or a delivery (issue "The
-dispatcher for bad days and busy days", item 3; shared/API.md "Failures heal, faults stay
-contained").
+"""Faults stay contained: one row's trouble never aborts a pass or a delivery.
 
 Each of these used to escape: failure text PostgreSQL refuses (NUL) or no encoder accepts
 (a lone surrogate) made the bookkeeping raise and the rest of the batch wait for its lease;

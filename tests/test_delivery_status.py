@@ -1,7 +1,6 @@
 """One lifecycle for timers and outbox rows, defined once in ``bsft_saga.querysets``: a row's
-``status()`` in Python and ``in_status()`` in SQL must always agree (issue "The dispatcher for
-bad days and busy days": a timer's state used to be derived from five columns in seven
-places).
+``status()`` in Python and ``in_status()`` in SQL must always agree (a timer's state used to
+be derived from five columns in seven places, and the places disagreed).
 """
 
 from __future__ import annotations

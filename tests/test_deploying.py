@@ -1,4 +1,4 @@
-"""Deploying changes (API.md, "Deploying changes"; docs/deploying.md).
+"""Deploying changes (docs/deploying.md).
 
 Each test is a simulated deploy of the parcel flow. Instances started inside
 ``running_release(ParcelFlowV1)`` ran on the release that installed version 1 only; after

@@ -46,8 +46,9 @@ def run_in_threads(work: Callable[[int], None]) -> None:
         raise errors[0]
 
 
-# Runs on the default ENGINE.MAX_CONFLICT_RETRIES: API.md promises that publish never
-# raises because a concurrent transaction advanced the same instance.
+# Runs on the default ENGINE.MAX_CONFLICT_RETRIES: publish must never raise because a
+# concurrent transaction advanced the same instance (the caller could not tell whether its
+# event was applied).
 def test_concurrent_events_for_one_instance_are_each_applied_exactly_once() -> None:
     require_postgres_backend()
     events = 400

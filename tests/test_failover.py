@@ -1,6 +1,6 @@
-"""The database goes away under a dispatcher (issue "Infrastructure faults": failover, lost
-connections). PostgreSQL only: the tests terminate the dispatcher's session with
-``pg_terminate_backend``, as a failover or a server restart does, at each point of a pass.
+"""The database goes away under a dispatcher: failover, lost connections. PostgreSQL only:
+the tests terminate the dispatcher's session with ``pg_terminate_backend``, as a failover
+or a server restart does, at each point of a pass.
 
 ``drain_saga_timeouts --loop`` runs in a child (tests/workers/drain_loop.py) with the default
 five-minute ``CLAIM_LEASE``: the rows its interrupted pass had claimed must come back within

@@ -1,5 +1,5 @@
-"""``bsft_saga.testing.SagaHarness`` and the ``saga_harness`` pytest fixture (API.md,
-"Testing"; seed 000, "Testing" and "Draining due timers on demand").
+"""``bsft_saga.testing.SagaHarness`` and the ``saga_harness`` pytest fixture
+(docs/testing.md): a frozen clock, and due timers drained on demand.
 """
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ def harness(transactional_db: Any) -> Any:
         yield harness
 
 
-# --- the example of docs/testing.md and API.md ------------------------------------------
+# --- the example of docs/testing.md -------------------------------------------------------
 
 
 def test_follow_up(saga_harness: SagaHarness) -> None:

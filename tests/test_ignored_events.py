@@ -1,6 +1,6 @@
 """An event no instance takes leaves a trace: the counter ``bsft.saga.event.ignored`` with
-its ``reason`` and a DEBUG log line naming flow, key, step and reason (issue "Hostile
-input", "Silent drops": "Why didn't my saga advance?" has an answer).
+its ``reason`` and a DEBUG log line naming flow, key, step and reason, so that "why didn't
+my saga advance?" has an answer.
 """
 
 from __future__ import annotations

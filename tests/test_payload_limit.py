@@ -1,6 +1,6 @@
 """``BSFT_SAGA["MAX_PAYLOAD_BYTES"]``: an event too large to carry is refused where it is
-encoded, before anything is written (issue "Infrastructure faults": a 50 MB event used to be
-accepted into jsonb and read back by every pass that claimed it).
+encoded, before anything is written (a 50 MB event used to be accepted into jsonb and read
+back by every pass that claimed it).
 """
 
 from __future__ import annotations

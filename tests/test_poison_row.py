@@ -1,4 +1,4 @@
-"""One poison row among a thousand due timers (seed 000, "When a timer fails to fire").
+"""One poison row among a thousand due timers.
 
 A timer whose stored event type no longer resolves fails on every attempt. It must not keep
 the other 999 from firing, must wait out a doubling back-off between its attempts (a pass

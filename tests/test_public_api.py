@@ -1,4 +1,4 @@
-"""The public names of API.md resolve, and ``import bsft_saga`` is safe before settings."""
+"""The names of ``bsft_saga.__all__`` resolve; ``import bsft_saga`` is safe before settings."""
 
 from __future__ import annotations
 

@@ -1,6 +1,7 @@
-"""Requeueing dead letters, timers and outbox rows alike (shared/API.md "Failures heal" and
-"Hostile input": a requeue sets ``attempts`` to 0 and ``next_attempt_at`` to null; a
-step-scoped timer whose wait has ended stays dead-lettered).
+"""Requeueing dead letters, timers and outbox rows alike: a requeue sets ``attempts`` to 0
+and ``next_attempt_at`` to null, so the row gets its full retry budget again at once; a
+step-scoped timer whose wait has ended stays dead-lettered (firing it would wake a step the
+saga has left).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The database checks (API.md, "Deploying changes"): ``manage.py check --database default``
+"""The database checks (docs/deploying.md): ``manage.py check --database default``
 and ``migrate`` report the stored rows a deploy left behind, E050-E054.
 
 Rows come from the parcel flow's simulated deploys (tests/deploys.py) and, where a deploy

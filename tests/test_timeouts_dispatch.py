@@ -1,6 +1,5 @@
 """One dispatch pass, ``drain_due()``: what fires, under which correlation id, how failures
-are counted and retired (issue "Durable named timeouts"; seed 000, "Dispatching, and what
-exactly once really means", "When a timer fails to fire" and "Correlation").
+are counted and retired (docs/timeouts.md).
 
 Multi-process races and the 10k load test live in tests/test_timeouts_faults.py.
 """
@@ -391,8 +390,8 @@ def test_a_timer_cancelled_after_the_pass_claimed_it_is_not_published(
     clock: FrozenDateTimeFactory, record: Any, action: Any
 ) -> None:
     # Both timers are claimed by one pass. The first wakes the saga's next step, which
-    # ends the wait and so cancels the second before the pass reaches it (seed 000: "A timer
-    # cancelled between the poll and the dispatch is never published").
+    # ends the wait and so cancels the second before the pass reaches it: a timer cancelled
+    # between the claim and its dispatch is never published.
     def two_timers(ctx: Any, e: Any) -> None:
         ctx.schedule_timeout("wake", timedelta(hours=1), ProbePoked(e.probe_id))
         ctx.schedule_timeout("remind", timedelta(hours=2), ProbeDue(e.probe_id))

@@ -1,5 +1,5 @@
-"""Scheduling and cancelling durable named timers from saga steps (issue "Durable named
-timeouts"; seed 000, "Scheduling", "Cancelling" and "Business calendars").
+"""Scheduling and cancelling durable named timers from saga steps, in plain durations and in
+business days.
 
 Every timer here is written or cancelled by the engine's persistence window, in the same
 commit as the step that asked for it.
