@@ -38,7 +38,7 @@ export PG_CHECK
 
 help:
 	@echo "make demo           set up .venv, run the sample project's sagas on SQLite end to end"
-	@echo "make test           set up .venv, ruff + mypy, the suite on SQLite and on PostgreSQL"
+	@echo "make test           set up .venv, lint, the docs build, the suite on SQLite and on PostgreSQL"
 	@echo "make test-fast      ruff + mypy, the suite on SQLite without the tests marked slow (< 2 min)"
 	@echo "make lint           ruff check, ruff format --check, mypy"
 	@echo "make test-sqlite    the suite on SQLite   (PYTEST_ARGS='-k timers' to narrow)"
