@@ -18,6 +18,10 @@ PG_HOST ?= 127.0.0.1
 PG_PORT ?= 5432
 PG_USER ?= postgres
 PG_DATABASE_URL := postgres://$(PG_USER)@$(PG_HOST):$(PG_PORT)/bsft_saga
+# Run a second time through PgBouncer in transaction mode: the dispatcher's concurrency and
+# failover tests, and the test that proves the connections really go through it.
+PGBOUNCER_TESTS := tests/test_pgbouncer.py tests/test_failover.py tests/test_timeouts_load.py \
+	tests/test_engine_concurrency.py tests/test_abandoned_claims.py
 
 DEMO_DB := $(CURDIR)/sample_project/demo.sqlite3
 DEMO_DATABASE_URL := sqlite:///$(DEMO_DB)
@@ -34,7 +38,7 @@ conn.close()
 endef
 export PG_CHECK
 
-.PHONY: help venv lint test test-fast test-sqlite test-postgres demo docs dist bench soak wheel clean distclean
+.PHONY: help venv lint test test-fast test-sqlite test-postgres test-pgbouncer demo docs dist bench soak wheel clean distclean
 
 help:
 	@echo "make demo           set up .venv, run the sample project's sagas on SQLite end to end"
@@ -43,6 +47,7 @@ help:
 	@echo "make lint           ruff check, ruff format --check, mypy"
 	@echo "make test-sqlite    the suite on SQLite   (PYTEST_ARGS='-k timers' to narrow)"
 	@echo "make test-postgres  the suite on PostgreSQL at $(PG_HOST):$(PG_PORT)"
+	@echo "make test-pgbouncer the dispatcher tests through a PgBouncer (transaction mode) it starts"
 	@echo "make bench          measure against hand-written Django on PostgreSQL (BENCH_SIZE=smoke: ~1 min)"
 	@echo "make soak           2 x 30 min of steady load on PostgreSQL: what drifts (BENCH_SOAK_MINUTES=1: ~3 min)"
 	@echo "make docs           build the documentation site into site/ (strict: broken links fail)"
@@ -81,7 +86,25 @@ test-postgres: venv
 	    echo "SKIPPED: PostgreSQL run — not reachable at $(PG_HOST):$(PG_PORT) (user $(PG_USER)); start it and run 'make test-postgres'"; \
 	fi
 
-test: venv lint docs test-sqlite test-postgres
+# Starts its own PgBouncer (tests/pgbouncer.py) on a free port in front of PG_HOST:PG_PORT.
+# Outside CI a missing pgbouncer or PostgreSQL is reported and skipped; under CI=true it fails.
+test-pgbouncer: venv
+	@pgbouncer=$$(PATH="$$PATH:/usr/sbin" command -v pgbouncer || true); \
+	if [ -z "$$pgbouncer" ]; then \
+	    reason="pgbouncer is not installed (apt-get install pgbouncer)"; \
+	elif ! $(PY) -c "$$PG_CHECK"; then \
+	    reason="PostgreSQL not reachable at $(PG_HOST):$(PG_PORT) (user $(PG_USER))"; \
+	else \
+	    exec $(PY) -m tests.pgbouncer --pgbouncer "$$pgbouncer" --server-host $(PG_HOST) \
+	        --server-port $(PG_PORT) --user $(PG_USER) $(PYTEST_ARGS) $(PGBOUNCER_TESTS); \
+	fi; \
+	if [ "$${CI:-}" = "true" ]; then \
+	    echo "ERROR: PgBouncer run impossible: $$reason; CI requires it" >&2; \
+	    exit 1; \
+	fi; \
+	echo "SKIPPED: PgBouncer run — $$reason; fix that and run 'make test-pgbouncer'"
+
+test: venv lint docs test-sqlite test-postgres test-pgbouncer
 
 # The quick loop while working: everything but the subprocess, load and worker tests.
 test-fast: venv lint
