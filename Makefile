@@ -21,6 +21,7 @@ PG_DATABASE_URL := postgres://$(PG_USER)@$(PG_HOST):$(PG_PORT)/bsft_saga
 # Run a second time through PgBouncer in transaction mode: the dispatcher's concurrency and
 # failover tests, and the test that proves the connections really go through it.
 PGBOUNCER_TESTS := tests/test_pgbouncer.py tests/test_failover.py tests/test_timeouts_load.py \
+	tests/test_dispatch_transactions.py tests/test_timeouts_faults.py \
 	tests/test_engine_concurrency.py tests/test_abandoned_claims.py
 
 DEMO_DB := $(CURDIR)/sample_project/demo.sqlite3

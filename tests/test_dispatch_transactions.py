@@ -35,6 +35,7 @@ from tests.services import require_postgres_backend
 from tests.testapp.dispatch_events import InvoicePaid, InvoiceReminderDue, InvoiceSent
 from tests.testapp.dispatch_flows import InvoiceFlow
 from tests.testapp.timer_events import ProbePoked, ProbeStarted
+from tests.testapp.timer_flows import ProbeFlow
 from tests.workers.timer_support import Child, Supervisor, supervised
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -290,3 +291,37 @@ def test_slow_receivers_fire_under_an_idle_in_transaction_timeout(
     assert took < 60
     assert sorted(_mails(log)) == keys  # three mails in all
     assert _reminded() == Counter(dict.fromkeys(keys, 1))
+
+
+def test_a_timer_whose_saga_moved_on_while_its_receivers_ran_is_delivered_again(
+    clock: FrozenDateTimeFactory, action: Callable[[Any], str]
+) -> None:
+    envelopes: list[Any] = []
+
+    def overtake(sender: type, *, envelope: Any, **kwargs: Any) -> None:
+        if isinstance(envelope.event, ProbePoked) and envelope.timer is not None:
+            envelopes.append(envelope)
+            if len(envelopes) == 1:  # a publisher advances the saga meanwhile, and commits
+                publish(ProbePoked("p-race"))
+
+    timer_action = action(lambda ctx, e: None)
+    saga_timer = action(  # saga-scoped: the publisher's step, ending the wait, keeps it
+        lambda ctx, e: ctx.schedule_timeout(
+            "poke", timedelta(hours=1), ProbePoked(e.probe_id, timer_action), scope="saga"
+        )
+    )
+    publish(ProbeStarted("p-race", saga_timer))
+    clock.tick(timedelta(hours=1))
+    event_published.connect(overtake, weak=False, dispatch_uid="tests.dispatch.overtake")
+    try:
+        report = drain_due()
+    finally:
+        event_published.disconnect(dispatch_uid="tests.dispatch.overtake")
+
+    # The timer's step, planned before the publisher's commit, lost its version check: the
+    # pass delivered the timer again, and it applied once, after the publisher's step.
+    assert report.fired == 1
+    assert [e.message_id for e in envelopes] == [envelopes[0].message_id] * 2
+    saga = SagaInstance.objects.get(saga_type=ProbeFlow.saga_type, correlation_key="p-race")
+    assert saga.state["actions"][1:] == ["-", timer_action]  # "-": the publisher's
+    assert SagaTimeout.objects.get(saga=saga, name="poke").outcome == TimeoutOutcome.FIRED

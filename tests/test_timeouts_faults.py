@@ -149,7 +149,7 @@ def test_dispatcher_killed_after_the_woken_step_ran_leaves_nothing_and_its_succe
     )
 
     assert killed.wait(timeout=60) == KILLED, killed.stderr()
-    # The first timer's step ran inside the batch, which died before its commit.
+    # The first timer's step ran; its writes waited for a commit that never came.
     assert _counters(keys) == _untouched(keys)
     assert _claimed_pending(keys) == COUNTERS
     report = children.spawn(
@@ -171,7 +171,7 @@ def test_dispatcher_killed_in_the_middle_of_its_batch_leaves_nothing_of_the_batc
     killed = children.spawn(DRAIN, "--fault", "kill-mid-batch", name="killed")
 
     assert killed.wait(timeout=60) == KILLED, killed.stderr()
-    # The first timer was stamped and its step applied; the batch never committed.
+    # The first timer's step ran; its writes and stamp waited for a commit that never came.
     assert _counters(keys) == _untouched(keys)
     assert _claimed_pending(keys) == COUNTERS
     assert _take_over(children)["fired"] == COUNTERS
@@ -240,42 +240,41 @@ def test_dispatcher_stopped_after_claiming_and_resumed_after_its_lease_changes_n
     assert (report["fired"], report["unclaimed"]) == (0, COUNTERS)
 
 
-def test_a_stalled_batch_keeps_the_rows_it_touched_and_its_successor_fires_the_rest(
+def test_a_pass_stalled_inside_its_commit_holds_no_row_and_writes_nothing_once_resumed(
     children: Supervisor,
 ) -> None:
-    # PostgreSQL only: on SQLite the stalled batch holds the database-wide write lock, so no
+    # PostgreSQL only: on SQLite the stalled commit holds the database-wide write lock, so no
     # other dispatcher could write until it resumes.
     require_postgres_backend()
     keys = _start_counters()
     stalled = children.spawn(DRAIN, "--fault", "stop-before-window", name="stalled")
     stalled.wait_until_stopped(timeout=60)
 
-    # The stalled batch holds a lock on the first timer (stamped, uncommitted): the
-    # successor skips it and fires the other two.
-    assert _take_over(children)["fired"] == COUNTERS - 1
+    # Stopped before the commit's first row lock (its steps ran with no transaction open):
+    # once the lease has run out, the successor fires all three.
+    assert _take_over(children)["fired"] == COUNTERS
     stalled.process.send_signal(signal.SIGCONT)
     report = stalled.report()
 
-    # Resumed, it applied the step it held; the rows the successor took were not its own.
-    assert (report["fired"], report["unclaimed"]) == (1, COUNTERS - 1)
+    # Resumed, its steps lose their version checks and its stamps their claims.
+    assert (report["fired"], report["unclaimed"]) == (0, COUNTERS), (report, stalled.stderr())
     assert _counters(keys) == _advanced_once(keys)
 
 
-def test_a_batch_stopped_halfway_and_resumed_after_its_lease_fires_nothing_twice(
+def test_a_pass_stopped_halfway_holds_no_row_and_fires_nothing_twice(
     children: Supervisor,
 ) -> None:
-    require_postgres_backend()  # as above: SQLite would wait for the stalled batch's lock
     keys = _start_counters()
     stalled = children.spawn(DRAIN, "--fault", "stop-mid-batch", name="stalled")
     stalled.wait_until_stopped(timeout=60)
 
-    # It holds the first timer (applied) and the second (stamped): the successor fires the
-    # third only.
-    assert _take_over(children)["fired"] == 1
+    # It ran the first timer's step and keeps its writes for a commit: nothing is locked,
+    # nothing written, and the successor fires all three once the lease has run out.
+    assert _take_over(children)["fired"] == COUNTERS
     stalled.process.send_signal(signal.SIGCONT)
     report = stalled.report()
 
-    assert (report["fired"], report["unclaimed"]) == (2, 1)
+    assert (report["fired"], report["unclaimed"]) == (0, COUNTERS)
     assert _counters(keys) == _advanced_once(keys)
 
 

@@ -178,18 +178,8 @@ class _Pass(Generic[R]):
         self.queue.extend(rows)
         self.renew_at = _renewal_time(rows, self.config.claim_lease)
         while self.queue:
-            row = self.queue[0]
-            if self.group.holds_saga(self.channel.saga_of(row)) or self._interval_over():
-                self._commit()
-            if self.group_started is None and (self.stale or clock.now() >= self.renew_at):
-                self._refresh()
-                if not self.queue or self.queue[0] is not row:
-                    continue
-            self.queue.popleft()
-            self._deliver(row)
-            if self.nested or self._interval_over():
-                self._commit()
-        self._commit()
+            self._deliver_queue()
+            self._commit()  # rows whose windows lost a race come back to the queue
         for (counter, saga_type), n in self.counted.items():
             telemetry.count(counter, saga_type, n)
         return DeliveryReport(
@@ -219,6 +209,20 @@ class _Pass(Generic[R]):
                 self.queue.remove(row)
                 self._count(row, Outcome.UNCLAIMED)
         self.stale = False
+
+    def _deliver_queue(self) -> None:
+        while self.queue:
+            row = self.queue[0]
+            if self.group.holds_saga(self.channel.saga_of(row)) or self._interval_over():
+                self._commit()
+            if self.group_started is None and (self.stale or clock.now() >= self.renew_at):
+                self._refresh()
+                if not self.queue or self.queue[0] is not row:
+                    continue
+            self.queue.popleft()
+            self._deliver(row)
+            if self.nested or self._interval_over():
+                self._commit()
 
     def _interval_over(self) -> bool:
         started = self.group_started

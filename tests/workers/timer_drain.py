@@ -5,27 +5,28 @@ Run as ``python tests/workers/timer_drain.py [options]`` with the environment of
 in a row, then prints its totals as one JSON line on stdout.
 
 The fault points live here, in the child, and nowhere in the library. A pass claims its
-batch in one short transaction, then fires the whole batch in a second one:
+batch in one short transaction, runs each timer's receivers with no transaction open, and
+commits what they left to write (the woken steps, the stamps) in groups:
 
 ``kill-after-claim``
-    SIGKILL on the first statement of the batch's transaction: the claim is committed,
-    nothing is published.
+    SIGKILL in a receiver connected before the engine's, on the first timer envelope: the
+    claim is committed, no step has run.
 ``kill-after-publish``
     SIGKILL in a receiver connected after the engine's, on the first timer envelope: the
-    step the timer woke in its own saga has run inside the batch, which never commits.
+    step the timer woke in its own saga has run; its writes wait for a commit that never
+    comes.
 ``kill-mid-window``
-    SIGKILL on the INSERT of the inbox row, inside the woken step's window.
+    SIGKILL on the INSERT of the inbox row, inside the pass's commit of the woken step.
 ``kill-mid-batch``
     SIGKILL in a receiver connected before the engine's, on the second timer envelope: the
-    first timer of the batch is stamped and its step applied, all uncommitted.
+    first timer's step has run, its writes and stamp wait uncommitted.
 ``stop-after-claim``
-    SIGSTOP on the first statement of the batch's transaction (before SQLite's BEGIN, so
-    no lock is held): the claim is committed, nothing is published.
+    SIGSTOP like ``kill-after-claim``: no transaction is open, no row locked.
 ``stop-mid-batch``
-    SIGSTOP like ``kill-mid-batch``: the first timer's rows stay locked by the open batch.
+    SIGSTOP like ``kill-mid-batch``: no transaction is open, no row locked.
 ``stop-before-window``
-    SIGSTOP on the woken step's version-checked UPDATE of its instance: the step has run
-    on the state it read, its window has not written yet.
+    SIGSTOP on the first woken step's version-checked UPDATE of its instance, inside the
+    pass's commit: the steps have run on the state they read, nothing is written yet.
 ``kill-on-poison``
     SIGKILL in a receiver connected after the engine's, on every timer envelope of the saga
     ``--poison-saga``: a receiver that kills every dispatcher that fires that one timer.
@@ -39,6 +40,7 @@ import os
 import signal
 import sys
 import time
+from collections import Counter
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -53,10 +55,6 @@ FAULTS = (
     "stop-before-window",
     "kill-on-poison",
 )
-CLAIM_SQL = 'UPDATE "bsft_saga_sagatimeout" SET "claim_token"'
-# The batch's transaction opens with SQLite's BEGIN or, on PostgreSQL (whose BEGIN the
-# driver sends unseen), with the savepoint of its first timer.
-BATCH_START_SQL = ("BEGIN", "SAVEPOINT")
 # Contained, not leading: on PostgreSQL a step's update and inbox row are one WITH statement.
 INBOX_INSERT_SQL = 'INSERT INTO "bsft_saga_sagainboxentry"'
 INSTANCE_UPDATE_SQL = 'UPDATE "bsft_saga_sagainstance" SET'
@@ -68,6 +66,11 @@ def main() -> int:
     parser.add_argument("--fault", choices=FAULTS)
     parser.add_argument("--poison-saga", help="kill-on-poison: the saga id whose timer kills")
     parser.add_argument("--record", type=Path, help="append every timer envelope seen here")
+    parser.add_argument(
+        "--count-deliveries",
+        action="store_true",
+        help="report how many timer envelopes this process published, and how many again",
+    )
     parser.add_argument("--ready-file", type=Path, help="touched once Django is set up")
     parser.add_argument("--go-file", type=Path, help="wait for it to exist before draining")
     parser.add_argument(
@@ -116,26 +119,44 @@ def main() -> int:
                 time.sleep(0.05)
             if time.monotonic() > deadline:
                 print(f"timer_drain: gave up after {args.max_seconds}s", file=sys.stderr)
-                print(_summary(total, passes), file=sys.stderr)
+                print(_summary(total, passes, args.count_deliveries), file=sys.stderr)
                 return 2
-    print(_summary(total, passes))
+    print(_summary(total, passes, args.count_deliveries))
     return 0
 
 
-def _summary(total: Any, passes: int) -> str:
-    return json.dumps({**asdict(total), "passes": passes, "pid": os.getpid()})
+def _summary(total: Any, passes: int, counted_deliveries: bool) -> str:
+    counted = {}
+    if counted_deliveries:
+        # A timer published more than once by this process was delivered again by its
+        # pass: its step's window lost a version race (another pass, or a publisher,
+        # advanced the saga first).
+        counted = {
+            "deliveries": sum(_published.values()),
+            "delivered_again": sum(n - 1 for n in _published.values()),
+        }
+    return json.dumps({**asdict(total), "passes": passes, "pid": os.getpid(), **counted})
+
+
+#: Timer envelopes published by this process, by message id (``--count-deliveries``).
+_published: Counter[str] = Counter()
+
+
+def _count_delivery(sender: type, *, envelope: Any, **kwargs: Any) -> None:
+    if envelope.timer is not None:
+        _published[str(envelope.message_id)] += 1
 
 
 def _connect_receivers(args: argparse.Namespace) -> None:
     from bsft_saga.engine.receiver import connect_engine, on_event_published
     from bsft_saga.signals import event_published
 
-    if args.fault in ("kill-mid-batch", "stop-mid-batch"):
+    if args.fault in _AHEAD_OF_THE_ENGINE:
         # ready() connected the engine first; put the faulting receiver ahead of it.
         event_published.disconnect(on_event_published, dispatch_uid="bsft_saga.engine")
-        signal_number = signal.SIGKILL if args.fault == "kill-mid-batch" else signal.SIGSTOP
+        nth, signal_number = _AHEAD_OF_THE_ENGINE[args.fault]
         event_published.connect(
-            _OnSecondTimer(signal_number), dispatch_uid="tests.workers.fault", weak=False
+            _OnTimer(nth, signal_number), dispatch_uid="tests.workers.fault", weak=False
         )
         connect_engine()
     if args.record:
@@ -149,6 +170,8 @@ def _connect_receivers(args: argparse.Namespace) -> None:
                     os.fsync(f.fileno())
 
         event_published.connect(record, dispatch_uid="tests.workers.record", weak=False)
+    if args.count_deliveries:
+        event_published.connect(_count_delivery, dispatch_uid="tests.workers.count", weak=False)
     if args.fault == "kill-after-publish":
         event_published.connect(_kill_on_timer, dispatch_uid="tests.workers.kill", weak=False)
     if args.fault == "kill-on-poison":
@@ -161,17 +184,27 @@ def _connect_receivers(args: argparse.Namespace) -> None:
         event_published.connect(kill_on_poison, dispatch_uid="tests.workers.kill", weak=False)
 
 
-class _OnSecondTimer:
-    """Signal this process on the second timer envelope, before anyone handles it."""
+#: Faults raised by a receiver ahead of the engine's: on which timer envelope, which signal.
+_AHEAD_OF_THE_ENGINE = {
+    "kill-after-claim": (1, signal.SIGKILL),
+    "stop-after-claim": (1, signal.SIGSTOP),
+    "kill-mid-batch": (2, signal.SIGKILL),
+    "stop-mid-batch": (2, signal.SIGSTOP),
+}
 
-    def __init__(self, signal_number: int) -> None:
+
+class _OnTimer:
+    """Signal this process on the ``nth`` timer envelope, before anyone handles it."""
+
+    def __init__(self, nth: int, signal_number: int) -> None:
+        self.nth = nth
         self.signal_number = signal_number
         self.timers = 0
 
     def __call__(self, sender: type, *, envelope: Any, **kwargs: Any) -> None:
         if envelope.timer is not None:
             self.timers += 1
-            if self.timers == 2:
+            if self.timers == self.nth:
                 os.kill(os.getpid(), self.signal_number)
 
 
@@ -185,20 +218,10 @@ class _FaultingWrapper:
 
     def __init__(self, fault: str | None) -> None:
         self.fault = fault
-        self.claimed = False
         self.stopped = False
 
     def __call__(self, execute: Any, sql: str, params: Any, many: bool, context: Any) -> Any:
-        if self.fault in ("kill-after-claim", "stop-after-claim"):
-            if sql.startswith(CLAIM_SQL):
-                self.claimed = True
-            elif self.claimed and not self.stopped and sql.startswith(BATCH_START_SQL):
-                self.stopped = True
-                os.kill(
-                    os.getpid(),
-                    signal.SIGKILL if self.fault == "kill-after-claim" else signal.SIGSTOP,
-                )
-        elif self.fault == "kill-mid-window" and INBOX_INSERT_SQL in sql:
+        if self.fault == "kill-mid-window" and INBOX_INSERT_SQL in sql:
             os.kill(os.getpid(), signal.SIGKILL)
         elif self.fault == "stop-before-window" and not self.stopped and INSTANCE_UPDATE_SQL in sql:
             self.stopped = True
