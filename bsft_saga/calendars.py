@@ -26,6 +26,7 @@ from bsft_saga.conf import SETTING_NAME, saga_settings
 from bsft_saga.exceptions import SagaError
 
 __all__ = [
+    "MAX_BUSINESS_DAYS",
     "BusinessCalendar",
     "UnknownCalendar",
     "WeekdayBusinessCalendar",
@@ -38,6 +39,11 @@ _SETTING_PATH = f'{SETTING_NAME}["CALENDARS"]'
 # A calendar whose weekend and holidays leave no business day within this many
 # consecutive days is treated as broken rather than looped over forever.
 _MAX_CLOSED_DAYS = 3660
+
+#: The most business days one delay may count (about 140 years of five-day weeks): each is
+#: a step of a loop, and the result must stay a date bsft_saga stores. A longer delay is a
+#: ``ValueError`` at once (3,000,000 days would loop for seconds, then overflow).
+MAX_BUSINESS_DAYS = 36_500
 
 
 @runtime_checkable
@@ -146,16 +152,28 @@ class WeekdayBusinessCalendar:
         before the change, normalised through UTC.
 
         A zero delay returns ``start`` unchanged (in UTC), even on a non-business day.
-        A naive ``start`` or a negative ``delay`` is a ``ValueError``. The result is an
-        aware datetime in UTC.
+        A naive ``start``, a negative ``delay``, a delay of more than
+        ``MAX_BUSINESS_DAYS`` days, or one whose end lies beyond year 9999 is a
+        ``ValueError``. The result is an aware datetime in UTC.
         """
         if start.tzinfo is None or start.utcoffset() is None:
             raise ValueError(f"start must be an aware datetime, got naive {start!r}")
         if delay < timedelta(0):
             raise ValueError(f"delay must not be negative, got {delay!r}")
+        if delay.days > MAX_BUSINESS_DAYS:
+            raise ValueError(
+                f"a delay counts at most {MAX_BUSINESS_DAYS} business days, got {delay.days}"
+            )
         if not delay:
             return start.astimezone(UTC)
+        try:
+            return self._add(start, delay)
+        except OverflowError:
+            raise ValueError(
+                f"{start} plus {delay.days} business days is after year 9999"
+            ) from None
 
+    def _add(self, start: datetime, delay: timedelta) -> datetime:
         local = start.astimezone(self.tz)
         day = local.date()
         for _ in range(delay.days):

@@ -43,6 +43,11 @@ DEFAULTS: dict[str, Any] = {
         # Times one event is re-applied after losing an optimistic-concurrency race (with
         # exponential back-off, so the default bounds the wait at roughly 20 seconds).
         "MAX_CONFLICT_RETRIES": 100,
+        # What one step may ask for: schedule_timeout() calls and ctx.publish() events. The
+        # next call beyond is a ValueError, and the step writes nothing (its window is one
+        # transaction, which must stay short).
+        "MAX_TIMERS_PER_STEP": 1000,
+        "MAX_EVENTS_PER_STEP": 1000,
     },
     "CALENDARS": {},
     "API": {
@@ -149,8 +154,10 @@ def validate(raw: Any) -> list[ConfigProblem]:
                 f"{timeouts['CATCH_UP_POLICY']!r} is not one of {', '.join(CATCH_UP_POLICIES)}",
             )
         )
-    if not _positive_int(_section(raw, "ENGINE")["MAX_CONFLICT_RETRIES"]):
-        problems.append(ConfigProblem("ENGINE.MAX_CONFLICT_RETRIES", "must be a positive integer"))
+    engine = _section(raw, "ENGINE")
+    for key in ("MAX_CONFLICT_RETRIES", "MAX_TIMERS_PER_STEP", "MAX_EVENTS_PER_STEP"):
+        if not _positive_int(engine[key]):
+            problems.append(ConfigProblem(f"ENGINE.{key}", "must be a positive integer"))
     problems.extend(_retention_problems(_section(raw, "RETENTION")))
     calendars = raw.get("CALENDARS", {})
     if isinstance(calendars, Mapping):
@@ -209,6 +216,14 @@ class TimeoutSettings:
 
 
 @dataclass(frozen=True)
+class StepLimits:
+    """``ENGINE``'s bounds on what one step may ask for."""
+
+    max_timers: int
+    max_events: int
+
+
+@dataclass(frozen=True)
 class RetentionSettings:
     """``RETENTION``: the defaults of ``purge_saga_data`` (command, task and function)."""
 
@@ -233,6 +248,7 @@ class _Snapshot:
     raw: Mapping[str, Any]
     timeouts: TimeoutSettings
     max_conflict_retries: int
+    step_limits: StepLimits
     calendars: Mapping[str, Mapping[str, Any]]
     api: dict[str, Any]
     retention: RetentionSettings
@@ -244,6 +260,7 @@ class _Snapshot:
         if problems:
             raise ImproperlyConfigured("; ".join(str(p) for p in problems))
         timeouts = _section(raw, "TIMEOUTS")
+        engine = _section(raw, "ENGINE")
         return cls(
             raw=raw,
             timeouts=TimeoutSettings(
@@ -256,7 +273,11 @@ class _Snapshot:
                 max_retry_delay=_validated_timedelta(timeouts["MAX_RETRY_DELAY"]),
                 claim_lease=_validated_timedelta(timeouts["CLAIM_LEASE"]),
             ),
-            max_conflict_retries=_section(raw, "ENGINE")["MAX_CONFLICT_RETRIES"],
+            max_conflict_retries=engine["MAX_CONFLICT_RETRIES"],
+            step_limits=StepLimits(
+                max_timers=engine["MAX_TIMERS_PER_STEP"],
+                max_events=engine["MAX_EVENTS_PER_STEP"],
+            ),
             calendars=raw.get("CALENDARS", {}),
             api=_section(raw, "API"),
             retention=RetentionSettings.of(_section(raw, "RETENTION")),
@@ -306,6 +327,10 @@ class SagaSettings:
     @property
     def max_conflict_retries(self) -> int:
         return self._current().max_conflict_retries
+
+    @property
+    def step_limits(self) -> StepLimits:
+        return self._current().step_limits
 
     @property
     def calendars(self) -> Mapping[str, Mapping[str, Any]]:

@@ -11,9 +11,10 @@ from asgiref.sync import sync_to_async
 
 from bsft_saga import clock
 from bsft_saga.correlation import MAX_LENGTH, get_correlation_id, new_correlation_id
+from bsft_saga.datetimes import storable
 from bsft_saga.events import codec, payloads
 from bsft_saga.events.envelope import Envelope
-from bsft_saga.events.registry import event_type_of
+from bsft_saga.events.registry import check_publishable, event_type_of
 from bsft_saga.events.sending import send_envelope
 
 
@@ -35,15 +36,18 @@ def publish(
 
     ``correlation_id`` defaults to the ambient one; with neither, the event gets a fresh
     one (``new_correlation_id()``), which the steps it runs, their timers and the events
-    they publish carry on. A payload the codec cannot encode is a ``TypeError`` here; a
-    naive ``deadline``, a correlation id (given or ambient) longer than 200 characters, or
-    an encoded event larger than ``BSFT_SAGA["MAX_PAYLOAD_BYTES"]`` is a ``ValueError``.
-    Nothing is written when it raises.
+    they publish carry on. A payload the codec cannot encode is a ``TypeError`` here; an
+    event type of bsft_saga's own (``bsft_saga.*``), a ``deadline`` that is naive or
+    outside the stored range (0001-01-02 to 9998-12-31 in UTC, see ``bsft_saga.datetimes``),
+    a correlation id (given or ambient) longer than 200 characters, or an encoded event
+    larger than ``BSFT_SAGA["MAX_PAYLOAD_BYTES"]`` is a ``ValueError``. Nothing is written
+    when it raises.
     """
     event_type = event_type_of(event)
+    check_publishable(event_type, f"publish({event_type})")
     payload = payloads.encode_event(event, event_type)  # fail now, not when a worker reads it
-    if deadline is not None and (deadline.tzinfo is None or deadline.utcoffset() is None):
-        raise ValueError(f"publish({event_type}): deadline must be an aware datetime")
+    if deadline is not None:
+        storable(deadline, field="deadline", where=f"publish({event_type})")
     if not correlation_id:  # neither given ("" counts as none) ...
         correlation_id = get_correlation_id()
     if correlation_id:

@@ -11,40 +11,85 @@ column names quoted by the connection), and run it with values adapted by the mo
 fields (``get_db_prep_save`` / ``get_db_prep_value``), exactly as the ORM would bind them.
 They know equality and ``IS NULL`` and nothing else; anything richer stays in the ORM.
 Signals are not sent (the ORM's ``update()`` and ``bulk_create()`` send none either).
+
+A multi-row INSERT is built for a few row counts only (``CHUNK_SIZES``, and each count
+below the smallest), and a larger insert is split into such chunks: the cached SQL stays a
+few kilobytes per table whatever the fan-out (cached per row count, 200 fan-outs of up to
+2,000 rows once held 16 million characters), and no statement exceeds the backend's
+parameter limit (SQLite's 999 ``connection.features.max_query_params``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from functools import cache
+from contextlib import nullcontext
+from functools import cache, lru_cache
 from typing import Any
 
 from django.db import connection, models, transaction
 from django.db.models.fields import Field
 
-__all__ = ["insert", "insert_together", "select_one", "update", "update_then_insert"]
+__all__ = [
+    "CHUNK_SIZES",
+    "insert",
+    "insert_together",
+    "select_one",
+    "update",
+    "update_then_insert",
+]
+
+#: The row counts of the multi-row INSERTs a large insert is split into, largest first
+#: (those whose parameters fit ``max_query_params``); fewer rows than the smallest go in
+#: one statement of exactly that many.
+CHUNK_SIZES = (500, 100, 10)
+#: The most parameters one PostgreSQL statement may bind (the wire protocol's limit).
+_POSTGRESQL_MAX_PARAMS = 65_535
 
 
 def insert(model: type[models.Model], rows: Sequence[Mapping[str, Any]]) -> None:
-    """INSERT ``rows`` into ``model``'s table in one statement.
+    """INSERT ``rows`` into ``model``'s table: one statement, or a few of ``CHUNK_SIZES``
+    rows, all or nothing, for a larger insert.
 
     Each row maps field names to values; a field it leaves out gets its default, and an
     auto-incremented primary key is left to the database. Every row names the same fields.
     """
     if not rows:
         return
-    sql, params = _insert_statement(model, rows)
-    with connection.cursor() as cursor:
-        cursor.execute(sql, params)
+    statements = _insert_statements(model, rows)
+    # Several statements: in a transaction (the caller's, if it runs in one).
+    atomic = transaction.atomic(savepoint=False) if len(statements) > 1 else nullcontext()
+    with atomic, connection.cursor() as cursor:
+        for sql, params in statements:
+            cursor.execute(sql, params)
 
 
-def _insert_statement(
+def _insert_statements(
     model: type[models.Model], rows: Sequence[Mapping[str, Any]]
-) -> tuple[str, list[Any]]:
+) -> list[tuple[str, list[Any]]]:
+    """The INSERTs of ``rows``, each of a row count its SQL is cached for."""
     names = tuple(rows[0])
     fields = _insert_fields(model, names)
-    params = [param for row in rows for param in _row_params(fields, row)]
-    return _insert_sql(model, names, len(rows), connection.vendor), params
+    statements = []
+    start = 0
+    for count in _chunk_counts(len(rows), len(fields)):
+        chunk = rows[start : start + count]
+        start += count
+        params = [param for row in chunk for param in _row_params(fields, row)]
+        statements.append((_insert_sql(model, names, count, connection.vendor), params))
+    return statements
+
+
+def _chunk_counts(rows: int, params_per_row: int) -> list[int]:
+    """Split ``rows`` into ``CHUNK_SIZES`` chunks, largest first, and one smaller rest."""
+    limit = connection.features.max_query_params or _POSTGRESQL_MAX_PARAMS
+    counts = []
+    for size in CHUNK_SIZES:
+        if size * params_per_row <= limit:
+            counts += [size] * (rows // size)
+            rows %= size
+    if rows:
+        counts += [rows] if rows * params_per_row <= limit else [1] * rows
+    return counts
 
 
 def _row_params(fields: Sequence[Field[Any, Any]], row: Mapping[str, Any]) -> list[Any]:
@@ -62,25 +107,30 @@ def insert_together(
 ) -> None:
     """INSERT rows into several tables, all or none.
 
-    On PostgreSQL this is one statement (each table's INSERT but the last in a ``WITH``
-    clause: one round trip, atomic on its own, no transaction needed around it); elsewhere
-    one INSERT per table in a transaction (the caller's, if it runs in one). Foreign keys
-    between the rows are fine: Django declares them deferrable, checked at the end of the
-    transaction.
+    On PostgreSQL this is one statement (each INSERT but the last in a ``WITH`` clause: one
+    round trip, atomic on its own, no transaction needed around it) while its parameters
+    fit the protocol's limit; elsewhere, and beyond that, one INSERT per table (or per
+    chunk of a large one, see ``insert``) in a transaction (the caller's, if it runs in
+    one). Foreign keys between the rows are fine: Django declares them deferrable, checked
+    at the end of the transaction.
     """
     tables = [(model, rows) for model, rows in tables if rows]
-    if connection.vendor != "postgresql" or len(tables) < 2:
-        with transaction.atomic(savepoint=False):  # inside a caller's: part of it
-            for model, rows in tables:
-                insert(model, rows)
+    statements = [
+        statement for model, rows in tables for statement in _insert_statements(model, rows)
+    ]
+    params = [param for _sql, values in statements for param in values]
+    if (
+        connection.vendor != "postgresql"
+        or len(statements) < 2
+        or len(params) > _POSTGRESQL_MAX_PARAMS
+    ):
+        # Inside a caller's transaction: part of it.
+        with transaction.atomic(savepoint=False), connection.cursor() as cursor:
+            for sql, values in statements:
+                cursor.execute(sql, values)
         return
-    statements, params = [], []
-    for model, rows in tables:
-        statement, values = _insert_statement(model, rows)
-        statements.append(statement)
-        params += values
-    *first, last = statements
-    clauses = ", ".join(f"{_quoted(f'w{n}')} AS ({sql})" for n, sql in enumerate(first))
+    *first, (last, _values) = statements
+    clauses = ", ".join(f"{_quoted(f'w{n}')} AS ({sql})" for n, (sql, _) in enumerate(first))
     with connection.cursor() as cursor:
         cursor.execute(f"WITH {clauses} {last}", params)
 
@@ -224,7 +274,7 @@ def _quoted(name: str | None) -> str:
     return str(connection.ops.quote_name(str(name)))
 
 
-@cache
+@lru_cache(maxsize=256)  # bounded twice: ``count`` takes few values (``_chunk_counts``)
 def _insert_sql(model: type[models.Model], names: tuple[str, ...], count: int, vendor: str) -> str:
     fields = _insert_fields(model, names)
     columns = ", ".join(_quoted(field.column) for field in fields)

@@ -14,6 +14,7 @@ from django.core.exceptions import ImproperlyConfigured
 from django.test import override_settings
 
 from bsft_saga.calendars import (
+    MAX_BUSINESS_DAYS,
     BusinessCalendar,
     UnknownCalendar,
     WeekdayBusinessCalendar,
@@ -245,6 +246,28 @@ def test_a_naive_start_is_rejected(berlin: WeekdayBusinessCalendar) -> None:
 def test_a_negative_delay_is_rejected(berlin: WeekdayBusinessCalendar) -> None:
     with pytest.raises(ValueError, match="negative"):
         berlin.add(utc(2026, 3, 27, 10), timedelta(hours=-1))
+
+
+@pytest.mark.parametrize("days", [MAX_BUSINESS_DAYS + 1, 3_000_000, 999_999_999])
+def test_a_delay_of_more_business_days_than_the_bound_is_rejected_at_once(
+    berlin: WeekdayBusinessCalendar, days: int
+) -> None:
+    # 3,000,000 days used to loop for six seconds before overflowing.
+    with pytest.raises(ValueError, match=f"at most {MAX_BUSINESS_DAYS} business days"):
+        berlin.add(utc(2026, 3, 27, 10), timedelta(days=days))
+
+
+def test_the_bound_of_business_days_is_accepted_and_ends_in_range(
+    berlin: WeekdayBusinessCalendar,
+) -> None:
+    end = berlin.add(utc(2026, 3, 27, 10), timedelta(days=MAX_BUSINESS_DAYS))
+
+    assert 2160 < end.year < 2200
+
+
+def test_a_delay_that_ends_after_year_9999_is_rejected(berlin: WeekdayBusinessCalendar) -> None:
+    with pytest.raises(ValueError, match="after year 9999"):
+        berlin.add(utc(9999, 12, 1), timedelta(days=30))
 
 
 @pytest.mark.parametrize(

@@ -9,7 +9,7 @@ import pytest
 from django.core.exceptions import ImproperlyConfigured
 from django.test import override_settings
 
-from bsft_saga.conf import DEFAULTS, saga_settings, validate
+from bsft_saga.conf import DEFAULTS, StepLimits, saga_settings, validate
 
 # Verbatim in docs/configuration.md ("Every key, with its default").
 DOCUMENTED_DEFAULTS = {
@@ -26,6 +26,8 @@ DOCUMENTED_DEFAULTS = {
     },
     "ENGINE": {
         "MAX_CONFLICT_RETRIES": 100,
+        "MAX_TIMERS_PER_STEP": 1000,
+        "MAX_EVENTS_PER_STEP": 1000,
     },
     "CALENDARS": {},
     "API": {
@@ -57,6 +59,7 @@ def test_missing_keys_take_their_defaults() -> None:
         assert timeouts.max_retry_delay == timedelta(hours=1)
         assert timeouts.claim_lease == timedelta(minutes=5)
         assert saga_settings.max_conflict_retries == 100
+        assert saga_settings.step_limits == StepLimits(max_timers=1000, max_events=1000)
         assert saga_settings.calendars == {}
         assert saga_settings.api == {
             "READ_CONTENT_PERMISSION": None,
@@ -117,6 +120,8 @@ def test_an_unknown_section_is_rejected_on_access() -> None:
         ({"TIMEOUTS": {"MAX_DISPATCH_ATTEMPTS": 0}}, "TIMEOUTS.MAX_DISPATCH_ATTEMPTS"),
         ({"TIMEOUTS": {"CATCH_UP_POLICY": "fire_latest"}}, "TIMEOUTS.CATCH_UP_POLICY"),
         ({"ENGINE": {"MAX_CONFLICT_RETRIES": 0}}, "ENGINE.MAX_CONFLICT_RETRIES"),
+        ({"ENGINE": {"MAX_TIMERS_PER_STEP": 0}}, "ENGINE.MAX_TIMERS_PER_STEP"),
+        ({"ENGINE": {"MAX_EVENTS_PER_STEP": 1.5}}, "ENGINE.MAX_EVENTS_PER_STEP"),
         ({"CALENDARS": {"berlin": "bsft_saga.calendars.X"}}, "CALENDARS.berlin"),
         ({"CALENDARS": {"berlin": {"BACKEND": "x.Y", "OPTIONS": []}}}, "CALENDARS.berlin.OPTIONS"),
         ({"API": []}, "API"),

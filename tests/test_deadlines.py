@@ -8,8 +8,9 @@ publishes are delivered after its commit.
 
 from __future__ import annotations
 
+import dataclasses
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -19,8 +20,10 @@ from freezegun.api import FrozenDateTimeFactory
 
 import bsft_saga
 from bsft_saga import Envelope, publish
-from bsft_saga.engine.deadlines import DEADLINE_TIMER_NAME
+from bsft_saga.engine.deadlines import DEADLINE_TIMER_NAME, DeadlineExpired
+from bsft_saga.events import TimerOrigin, event_type_of
 from bsft_saga.models import SagaOutboxMessage, TimeoutOutcome
+from bsft_saga.signals import event_published
 from bsft_saga.testing import SagaHarness
 from bsft_saga.timeouts import drain_due
 from tests.testapp.events import (
@@ -37,6 +40,7 @@ from tests.testapp.timer_events import (
     CreditRequested,
     DebitRequested,
     PaymentRequested,
+    ProbeStarted,
     RefundRequested,
 )
 from tests.testapp.timer_flows import (
@@ -78,15 +82,19 @@ def deadline_timer(flow: type, key: str) -> Any:
     return next(row for row in timers_of(flow, key) if row.name == DEADLINE_TIMER_NAME)
 
 
-def envelope_with(deadline: datetime | None) -> Envelope:
+def envelope_with(
+    deadline: datetime | None, event: Any = None, timer: TimerOrigin | None = None
+) -> Envelope:
+    event = DebitRequested("p-1") if event is None else event
     return Envelope(
         message_id=uuid.uuid4(),
-        event=DebitRequested("p-1"),
-        event_type="tests.timers.debit-requested",
+        event=event,
+        event_type=event_type_of(event),
         correlation_id=None,
         causation_id=None,
         deadline=deadline,
         published_at=T0,
+        timer=timer,
     )
 
 
@@ -399,3 +407,111 @@ def test_the_harness_runs_on_expired_when_time_passes_the_deadline(
 
     assert saga_harness.state(PaymentFlow, "p-1").refunded
     assert ledger.refunds == ["p-1"]
+
+
+# --- only the instance's own deadline timer expires it -----------------------------------------
+
+
+def _expires(saga_id: uuid.UUID, saga_type: str) -> DeadlineExpired:
+    return DeadlineExpired(saga_id=str(saga_id), saga_type=saga_type)
+
+
+@pytest.mark.parametrize("defer", [False, True])
+def test_publishing_the_deadline_event_is_refused(clock: Any, defer: bool) -> None:
+    publish(TransferRequested("tr-1"))
+    saga = the_saga(TransferFlow, "tr-1")
+
+    with pytest.raises(ValueError, match=r"'bsft_saga\.deadline-expired' is an event type of"):
+        publish(_expires(saga.pk, TransferFlow.saga_type), defer=defer)
+
+    assert the_saga(TransferFlow, "tr-1").state["history"] == ["requested"]
+    assert not SagaOutboxMessage.objects.filter(event_type="bsft_saga.deadline-expired").exists()
+
+
+@pytest.mark.parametrize("call", ["ctx.publish", "ctx.schedule_timeout"])
+def test_a_step_may_not_publish_or_schedule_the_deadline_event(
+    clock: Any, action: Callable[..., str], call: str
+) -> None:
+    publish(TransferRequested("tr-1"))
+    target = _expires(the_saga(TransferFlow, "tr-1").pk, TransferFlow.saga_type)
+
+    def forge(ctx: Any, e: Any) -> None:
+        if call == "ctx.publish":
+            ctx.publish(target)
+        else:
+            ctx.schedule_timeout("soon", timedelta(0), target)
+
+    with pytest.raises(ValueError, match="is an event type of bsft_saga itself"):
+        publish(ProbeStarted("forger", action(forge)))
+
+
+def _timer(saga_id: uuid.UUID, name: str) -> TimerOrigin:
+    values: dict[str, Any] = {
+        "timeout_id": 1,
+        "saga_id": saga_id,
+        "name": name,
+        "claim_token": uuid.uuid4(),
+    }
+    # Any further field a timer's origin carries is one of its times.
+    times: dict[str, Any] = {
+        f.name: T0 for f in dataclasses.fields(TimerOrigin) if f.name not in values
+    }
+    return TimerOrigin(**values, **times)
+
+
+def _send(event: DeadlineExpired, timer: TimerOrigin | None) -> None:
+    """Deliver ``event`` as a receiver could, around ``publish()``."""
+    event_published.send(sender=DeadlineExpired, envelope=envelope_with(None, event, timer))
+
+
+@pytest.mark.parametrize(
+    "forgery",
+    [
+        "no timer",
+        "no timer, another flow's saga type",
+        "another timer of the saga",
+        "another saga's deadline timer",
+        "its deadline timer, another flow's saga type",
+    ],
+)
+def test_a_deadline_event_its_own_deadline_timer_did_not_send_is_ignored(
+    clock: FrozenDateTimeFactory, forgery: str
+) -> None:
+    publish(TransferRequested("tr-1"))
+    publish(TransferRequested("tr-2"))
+    saga, other = the_saga(TransferFlow, "tr-1"), the_saga(TransferFlow, "tr-2")
+    event, timer = {
+        "no timer": (_expires(saga.pk, TransferFlow.saga_type), None),
+        "no timer, another flow's saga type": (_expires(saga.pk, ChecklistFlow.saga_type), None),
+        "another timer of the saga": (
+            _expires(saga.pk, TransferFlow.saga_type),
+            _timer(saga.pk, "remind"),
+        ),
+        "another saga's deadline timer": (
+            _expires(saga.pk, TransferFlow.saga_type),
+            _timer(other.pk, DEADLINE_TIMER_NAME),
+        ),
+        "its deadline timer, another flow's saga type": (
+            _expires(saga.pk, ChecklistFlow.saga_type),
+            _timer(saga.pk, DEADLINE_TIMER_NAME),
+        ),
+    }[forgery]
+
+    _send(event, timer)
+
+    after = the_saga(TransferFlow, "tr-1")
+    assert (after.state["history"], after.is_complete) == (["requested"], False)
+    assert deadline_timer(TransferFlow, "tr-1").outcome is None
+
+
+def test_the_deadline_timer_still_expires_its_saga_after_a_forgery_was_ignored(
+    clock: FrozenDateTimeFactory,
+) -> None:
+    publish(TransferRequested("tr-1"))
+    _send(_expires(the_saga(TransferFlow, "tr-1").pk, TransferFlow.saga_type), None)
+    clock.move_to(DEADLINE)
+
+    assert drain_due().fired == 1
+
+    saga = the_saga(TransferFlow, "tr-1")
+    assert (saga.state["history"], saga.is_complete) == (["requested", "expired"], True)

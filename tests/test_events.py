@@ -367,3 +367,29 @@ def test_an_unregistered_type_name_read_back_is_unknown_event_type_naming_it() -
         envelope_of(row)
     assert raised.value.event_type == "tests.orders.renamed-away"
     assert "tests.orders.renamed-away" in str(raised.value)
+
+
+@pytest.mark.parametrize(
+    ("name", "aliases"),
+    [("tests.events." + "n" * 200, ()), ("tests.events.short", ("tests.events." + "a" * 200,))],
+    ids=["name", "alias"],
+)
+def test_a_type_name_longer_than_the_stored_column_is_refused_at_decoration(
+    fresh_registry: EventRegistry, name: str, aliases: tuple[str, ...]
+) -> None:
+    # Every publish would otherwise fail on PostgreSQL (a 200-character column).
+    with pytest.raises(
+        ValueError, match="characters long; timers and outbox rows store at most 200"
+    ):
+        event(name, aliases=aliases)
+
+
+def test_a_type_name_of_200_characters_is_accepted(fresh_registry: EventRegistry) -> None:
+    name = "tests.events." + "n" * (200 - len("tests.events."))
+
+    @event(name)
+    @dataclass(frozen=True)
+    class Long:
+        pass
+
+    assert event_type_of(Long) == name

@@ -442,3 +442,24 @@ def test_saga_type_defaults_to_the_flows_dotted_path() -> None:
     expected = f"{__name__}.{Unnamed.__qualname__}"
     assert Unnamed.saga_type == expected
     assert Unnamed.build_definition().saga_type == expected
+
+
+def test_the_type_error_of_a_non_string_key_names_its_type_but_never_its_value() -> None:
+    # A key is usually a customer's or an order's id: it must not reach logs through errors.
+    with pytest.raises(TypeError) as raised:
+        publish(BadKeyEvent(987654321))
+
+    assert "a correlation key must be a str" in str(raised.value)
+    assert "returned a value of type int" in str(raised.value)
+    assert "987654321" not in str(raised.value)
+
+
+def test_a_deadline_budget_beyond_a_thousand_years_is_refused() -> None:
+    class Flow(SagaFlow):
+        saga_type = "tests.builder.far-deadline"
+
+        def configure(self, factory: Any) -> None:
+            factory.stateless().with_deadline(timedelta(days=365_001), on_expired=_noop)
+
+    with pytest.raises(FlowDefinitionError, match="longer than the 365000 days"):
+        Flow.build_definition()

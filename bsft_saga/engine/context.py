@@ -13,9 +13,11 @@ from datetime import datetime, timedelta
 from typing import Any, Generic, TypeVar
 
 from bsft_saga.calendars import get_calendar
+from bsft_saga.conf import saga_settings
+from bsft_saga.datetimes import storable
 from bsft_saga.events import payloads
 from bsft_saga.events.envelope import Envelope
-from bsft_saga.events.registry import event_type_of
+from bsft_saga.events.registry import check_publishable, event_type_of
 from bsft_saga.timeouts.requests import (
     RESERVED_PREFIX,
     CancelAllTimers,
@@ -67,14 +69,27 @@ class SagaContext(Generic[S]):
         self.now = now
         self.deadline = deadline
         self.effects = StepEffects()
+        self._timers_asked = 0  # schedule_timeout() calls, against MAX_TIMERS_PER_STEP
 
     def publish(self, event: Any, *, ignore_deadline: bool = False) -> Envelope:
         """Stage ``event``; it is published after this step commits, at least once.
 
         It carries this step's correlation id and, unless ``ignore_deadline`` (for
-        compensation, which must run late too), the saga's deadline.
+        compensation, which must run late too), the saga's deadline. An event type of
+        bsft_saga's own is a ``ValueError``, and so is the event beyond
+        ``BSFT_SAGA["ENGINE"]["MAX_EVENTS_PER_STEP"]`` (1,000 by default); the step then
+        leaves nothing behind.
         """
         event_type = event_type_of(event)
+        where = f"ctx.publish({event_type})"
+        check_publishable(event_type, where)
+        limit = saga_settings.step_limits.max_events
+        if len(self.effects.outbox) >= limit:
+            raise ValueError(
+                f"{where}: a step publishes at most {limit} events "
+                "(BSFT_SAGA['ENGINE']['MAX_EVENTS_PER_STEP']); publish the rest from the "
+                "steps they wake, or in batches"
+            )
         payload = payloads.encode_event(event, event_type)  # what cannot be stored fails here
         deadline = None if ignore_deadline else (self.deadline or self.envelope.deadline)
         envelope = Envelope(
@@ -105,9 +120,13 @@ class SagaContext(Generic[S]):
         """Schedule a named timer that publishes ``event`` when due.
 
         ``when`` is a delay (counted in business days of ``calendar`` when given) or an
-        aware datetime. A pending timer with the same name is replaced. ``scope="step"``
-        timers are cancelled when the saga handles its next awaited event;
-        ``scope="saga"`` timers live until they fire or the saga completes.
+        aware datetime; the time it comes to must lie between 0001-01-02 and 9998-12-31 in
+        UTC (``bsft_saga.datetimes``), or it is a ``ValueError``. A pending timer with the
+        same name is replaced. ``scope="step"`` timers are cancelled when the saga handles
+        its next awaited event; ``scope="saga"`` timers live until they fire or the saga
+        completes. A step may call this at most
+        ``BSFT_SAGA["ENGINE"]["MAX_TIMERS_PER_STEP"]`` times (1,000 by default): the next
+        call is a ``ValueError``, and the step leaves nothing behind.
         """
         if not isinstance(name, str) or not name or len(name) > 200:
             raise ValueError(
@@ -122,8 +141,16 @@ class SagaContext(Generic[S]):
             raise ValueError(
                 f"schedule_timeout({name!r}): scope must be 'step' or 'saga', not {scope!r}"
             )
+        limit = saga_settings.step_limits.max_timers
+        if self._timers_asked >= limit:
+            raise ValueError(
+                f"schedule_timeout({name!r}): a step schedules at most {limit} timers "
+                "(BSFT_SAGA['ENGINE']['MAX_TIMERS_PER_STEP']); schedule the rest from the "
+                "steps they wake, or one recurring timer"
+            )
         due_at = self._due_at(name, when, calendar)
         event_type = event_type_of(event)
+        check_publishable(event_type, f"schedule_timeout({name!r})")
         self.effects.timer_operations.append(
             TimerRequest(
                 name=name,
@@ -134,8 +161,19 @@ class SagaContext(Generic[S]):
                 scope=scope,
             )
         )
+        self._timers_asked += 1
 
     def _due_at(self, name: str, when: timedelta | datetime, calendar: str | None) -> datetime:
+        where = f"schedule_timeout({name!r})"
+        try:
+            due_at = self._moment(name, when, calendar)
+        except OverflowError:  # a delay that runs past year 9999
+            raise ValueError(
+                f"{where}: the delay {when} runs past the dates bsft_saga stores"
+            ) from None
+        return storable(due_at, field="due_at", where=where)
+
+    def _moment(self, name: str, when: timedelta | datetime, calendar: str | None) -> datetime:
         if isinstance(when, datetime):
             if when.tzinfo is None or when.utcoffset() is None:
                 raise ValueError(

@@ -21,6 +21,12 @@ E = TypeVar("E", bound=type)
 
 _TYPE_ATTRIBUTE = "__saga_event_type__"
 
+#: The longest type name a timer or an outbox row stores (their ``event_type`` column).
+MAX_TYPE_NAME_LENGTH = 200
+#: Type names under this prefix belong to bsft_saga (the deadline event): only bsft_saga
+#: itself sends them, never ``publish()``.
+OWNED_PREFIX = "bsft_saga."
+
 
 @dataclass(frozen=True)
 class NameConflict:
@@ -88,7 +94,8 @@ def event(name: str, *, aliases: Iterable[str] = ()) -> Callable[[E], E]:
     decode to this class, and their envelope carries ``name``; new rows store ``name``.
     A name or alias another class already holds stays with that class, and
     ``manage.py check`` reports the conflict. Fields the payload codec cannot round-trip
-    are a ``TypeError`` here, not when a timer fires months later.
+    are a ``TypeError`` here, not when a timer fires months later; a name or alias longer
+    than ``MAX_TYPE_NAME_LENGTH`` (200) characters is a ``ValueError``.
     """
     _check_name(name, "@event needs a non-empty type name, e.g. @event('orders.placed')")
     if isinstance(aliases, str):
@@ -116,6 +123,27 @@ def event(name: str, *, aliases: Iterable[str] = ()) -> Callable[[E], E]:
 def _check_name(name: object, message: str) -> None:
     if not isinstance(name, str) or not name.strip():
         raise ValueError(message)
+    # Stored with every timer and outbox row: a longer name would fail each publish on
+    # PostgreSQL (and be stored whole by SQLite), so it fails once, here.
+    if len(name) > MAX_TYPE_NAME_LENGTH:
+        raise ValueError(
+            f"@event: the type name {name[:40]!r}... is {len(name)} characters long; "
+            f"timers and outbox rows store at most {MAX_TYPE_NAME_LENGTH}"
+        )
+
+
+def check_publishable(event_type: str, where: str) -> None:
+    """``ValueError`` if ``event_type`` is one of bsft_saga's own (``OWNED_PREFIX``).
+
+    Such an event acts on sagas by its fields alone (the deadline event names a saga id and
+    type): published by anyone, it would run that saga's ``on_expired`` early, or another
+    flow's against an unrelated instance. bsft_saga sends its own events itself.
+    """
+    if event_type.startswith(OWNED_PREFIX):
+        raise ValueError(
+            f"{where}: {event_type!r} is an event type of bsft_saga itself (names starting "
+            f"with {OWNED_PREFIX!r}); only bsft_saga sends it"
+        )
 
 
 def qualified_name(cls: type) -> str:

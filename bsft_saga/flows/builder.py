@@ -24,6 +24,10 @@ from bsft_saga.flows.definition import (
     check_state_class,
 )
 
+#: The longest ``with_deadline`` budget (1,000 years): start + budget must stay a date
+#: bsft_saga stores, or every start of the flow would fail.
+MAX_DEADLINE_BUDGET = timedelta(days=365_000)
+
 
 class SagaBuilderFactory:
     """Starts a flow definition: ``factory.with_state(State)`` or ``factory.stateless()``."""
@@ -119,6 +123,11 @@ class FlowBuilder:
             raise self._fail("with_deadline() must come right after with_state()/stateless()")
         if not isinstance(budget, timedelta) or budget <= timedelta(0):
             raise self._fail(f"with_deadline() needs a positive timedelta, got {budget!r}")
+        if budget > MAX_DEADLINE_BUDGET:
+            raise self._fail(
+                f"with_deadline(): the budget {budget} is longer than the "
+                f"{MAX_DEADLINE_BUDGET.days} days a deadline may lie ahead"
+            )
         if not callable(on_expired):
             raise self._fail("with_deadline() needs a callable on_expired(ctx, event)")
         self._deadline = DeadlineDefinition(budget=budget, on_expired=on_expired)

@@ -44,15 +44,16 @@ class Trigger:
         if self.key is None:
             return ""
         value = self.key(event)
+        # The messages name the type or the length, never the key: it is usually a
+        # customer's or an order's id, and errors end up in logs and dead-letter reasons.
         if not isinstance(value, str):
             raise TypeError(
-                f"{where()}: the key for {self.event_type!r} returned "
-                f"{type(value).__name__} {value!r}; a correlation key must be a str "
+                f"{where()}: the key for {self.event_type!r} returned a value of type "
+                f"{type(value).__name__}; a correlation key must be a str "
                 f"(use str(...) for ids)."
             )
         # The key is stored on the instance (a 200-character column) and compared in SQL:
-        # refused here, before anything is written, the same on every backend. The messages
-        # name the length, never the key: it is usually a customer's or an order's id.
+        # refused here, before anything is written, the same on every backend.
         if len(value) > MAX_CORRELATION_KEY_LENGTH:
             raise ValueError(
                 f"{where()}: the key for {self.event_type!r} is {len(value)} characters long; "

@@ -15,6 +15,7 @@ from datetime import datetime
 from typing import Any
 
 from bsft_saga import sql
+from bsft_saga.datetimes import storable
 from bsft_saga.models import SagaTimeout, TimeoutOutcome, TimeoutScope
 from bsft_saga.querysets import SagaTimeoutQuerySet
 from bsft_saga.timeouts.requests import (
@@ -30,7 +31,9 @@ def _values(
     request: TimerRequest, *, step_index: int, correlation_id: str | None, now: datetime
 ) -> dict[str, Any]:
     return {
-        "due_at": request.due_at,
+        # Checked where it entered (schedule_timeout); again here for bsft_saga's own timers
+        # (a deadline is start + budget), since a row out of range fails every later read.
+        "due_at": storable(request.due_at, field="due_at", where=f"timer {request.name!r}"),
         "event_type": request.event_type,
         "payload": request.payload,
         "calendar_key": request.calendar_key,
