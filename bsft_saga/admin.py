@@ -10,7 +10,10 @@ the content permission (``BSFT_SAGA["API"]["READ_CONTENT_PERMISSION"]``, or
 ``bsft_saga.read_saga_content`` when that is ``None``), and only while an audit recorder is
 configured: each page view that shows content (an instance, a timer, an outbox row) is
 recorded, like a read through the HTTP API, and with ``AUDIT_RECORDER = None`` no page shows
-any. No changelist URL may filter on content (``bsft_saga.admin_queries``).
+any. A changelist URL may carry only the lookups the page itself produces, never one on
+content (``bsft_saga.admin_queries``). A date stored out of range is shown as unreadable,
+not a failed page (``bsft_saga.datetimes``). Requeues and fire-now are audited like
+terminations (``bsft_saga.audit``).
 """
 
 from __future__ import annotations
@@ -31,8 +34,10 @@ from django.utils.translation import ngettext
 from bsft_saga import clock, outbox
 from bsft_saga.admin_operations import FireNowAction, TerminateSagasAction, message_refusals
 from bsft_saga.admin_queries import ContentLookupGuardMixin
-from bsft_saga.audit import READ_CONTENT, get_audit_recorder
+from bsft_saga.audit import READ_CONTENT, get_audit_recorder, record_action
 from bsft_saga.conf import saga_settings
+from bsft_saga.datetimes import readable_rows, unreadable_fields
+from bsft_saga.delivery import requeue
 from bsft_saga.delivery.requeue import RequeueResult
 from bsft_saga.models import SagaAuditRecord, SagaInstance, SagaOutboxMessage, SagaTimeout
 from bsft_saga.querysets import (
@@ -43,7 +48,7 @@ from bsft_saga.querysets import (
     SagaOutboxQuerySet,
     SagaTimeoutQuerySet,
 )
-from bsft_saga.timeouts import maintenance
+from bsft_saga.timeouts.channel import TIMERS
 from bsft_saga.timeouts.listing import RETIRED_TIMEOUTS_LISTED, listed_timeouts
 
 CONTENT_PERMISSION_FALLBACK = "bsft_saga.read_saga_content"
@@ -63,6 +68,14 @@ def shows_content(request: HttpRequest) -> bool:
 
 def _pretty_json(value: Any) -> SafeString:
     return format_html("<pre>{}</pre>", json.dumps(value, indent=2, sort_keys=True))
+
+
+def _status_label(obj: SagaTimeout | SagaOutboxMessage) -> str:
+    """The row's status; "unknown" when a date it depends on cannot be read."""
+    unreadable = unreadable_fields(obj)
+    if unreadable:
+        return _("unknown: %(fields)s cannot be read") % {"fields": ", ".join(unreadable)}
+    return str(obj.status().label)
 
 
 class NoWritesMixin:
@@ -86,6 +99,15 @@ class ReadOnlyAdmin(ContentLookupGuardMixin, NoWritesMixin, admin.ModelAdmin):
 
     def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> Any:
         return self.get_fields(request, obj)
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[Any]:
+        # A date stored out of range (by an earlier release, or by hand) would fail the
+        # whole page; it is shown as unreadable instead (bsft_saga.datetimes).
+        related = self.list_select_related
+        return readable_rows(
+            super().get_queryset(request),
+            related=tuple(related) if isinstance(related, list | tuple) else (),
+        )
 
     #: Display fields that show content; a change page lists them only to content readers.
     content_fields: tuple[str, ...] = ()
@@ -117,15 +139,7 @@ class ReadOnlyAdmin(ContentLookupGuardMixin, NoWritesMixin, admin.ModelAdmin):
 
 
 def _audit_content_read(request: HttpRequest, saga: SagaInstance | None) -> None:
-    recorder = get_audit_recorder()
-    if recorder is not None:
-        recorder.record(
-            action=READ_CONTENT,
-            user=request.user,
-            saga_type=saga.saga_type if saga is not None else "",
-            correlation_key=(saga.correlation_key or None) if saga is not None else None,
-            instance_id=saga.pk if saga is not None else None,
-        )
+    record_action(READ_CONTENT, user=request.user, saga=saga)
 
 
 # -- instances ------------------------------------------------------------------------------
@@ -194,7 +208,7 @@ class SagaTimeoutInline(NoWritesMixin, admin.TabularInline):
 
     @admin.display(description=_("status"))
     def status(self, obj: SagaTimeout) -> str:
-        return str(obj.status().label)
+        return _status_label(obj)
 
 
 @admin.register(SagaInstance)
@@ -235,7 +249,7 @@ class SagaInstanceAdmin(TerminateSagasAction, ReadOnlyAdmin):
         kwargs: dict[str, Any] = super().get_formset_kwargs(request, obj, inline, prefix)
         if isinstance(inline, SagaTimeoutInline) and obj is not None and obj.pk is not None:
             # Capped like the HTTP detail: a recurring timer leaves a row per occurrence.
-            kwargs["queryset"] = listed_timeouts(obj)
+            kwargs["queryset"] = readable_rows(listed_timeouts(obj))
         return kwargs
 
     @admin.display(description=_("timers"))
@@ -289,7 +303,20 @@ class DeliveryStatusFilter(admin.SimpleListFilter):
 
 
 class TimeoutStatusFilter(DeliveryStatusFilter):
+    """A timer's status, and *due*: every pending timer whose ``due_at`` has passed, the
+    ones a claim holds or a retry back-off delays included (``saga_status``'s
+    ``timeouts_due``, which the app index links here)."""
+
     statuses = TIMER_STATUSES
+    DUE = "due"
+
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, Any]]:
+        return [*super().lookups(request, model_admin), (self.DUE, _("due (late)"))]
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> QuerySet[Any] | None:
+        if self.value() == self.DUE:
+            return cast(SagaTimeoutQuerySet, queryset).due(clock.now())
+        return super().queryset(request, queryset)
 
 
 @admin.register(SagaTimeout)
@@ -311,6 +338,7 @@ class SagaTimeoutAdmin(FireNowAction, ReadOnlyAdmin):
     date_hierarchy = "due_at"
     ordering = ("-due_at", "-id")
     actions = ("requeue_dead_lettered", "fire_now")
+    url_lookups = ("saga__id__exact",)  # an instance page's "All timers of this saga"
     fields = (
         "id",
         "saga_link",
@@ -341,7 +369,7 @@ class SagaTimeoutAdmin(FireNowAction, ReadOnlyAdmin):
 
     @admin.display(description=_("status"), ordering="outcome")
     def status(self, obj: SagaTimeout) -> str:
-        return str(obj.status().label)
+        return _status_label(obj)
 
     @admin.display(description=_("payload"))
     def payload_json(self, obj: SagaTimeout) -> SafeString:
@@ -356,7 +384,9 @@ class SagaTimeoutAdmin(FireNowAction, ReadOnlyAdmin):
         permissions=["requeue"],
     )
     def requeue_dead_lettered(self, request: HttpRequest, queryset: QuerySet[Any]) -> None:
-        result = maintenance.requeue_dead_lettered(list(queryset.values_list("pk", flat=True)))
+        # The service the command calls, with the operator named in each audit record.
+        ids = list(queryset.values_list("pk", flat=True))
+        result = requeue.requeue_dead_lettered(TIMERS, ids, user=request.user)
         requeued = ngettext(
             "%(count)d dead-lettered timer was requeued; it fires at the next drain.",
             "%(count)d dead-lettered timers were requeued; they fire at the next drain.",
@@ -434,7 +464,7 @@ class SagaOutboxMessageAdmin(ReadOnlyAdmin):
 
     @admin.display(description=_("status"))
     def status(self, obj: SagaOutboxMessage) -> str:
-        return str(obj.status().label)
+        return _status_label(obj)
 
     def has_requeue_permission(self, request: HttpRequest) -> bool:
         """Requeueing is gated on the model's change permission (the admin edits nothing)."""
@@ -445,7 +475,8 @@ class SagaOutboxMessageAdmin(ReadOnlyAdmin):
         permissions=["requeue"],
     )
     def requeue_dead_lettered(self, request: HttpRequest, queryset: QuerySet[Any]) -> None:
-        result = outbox.requeue_dead_lettered(list(queryset.values_list("pk", flat=True)))
+        ids = list(queryset.values_list("pk", flat=True))
+        result = requeue.requeue_dead_lettered(outbox.OUTBOX, ids, user=request.user)
         requeued = ngettext(
             "%(count)d dead-lettered outbox message was requeued; the next drain delivers it.",
             "%(count)d dead-lettered outbox messages were requeued; the next drain delivers them.",

@@ -3,8 +3,10 @@
 - :class:`TerminateSagasAction` (``terminate_sagas``, permission
   ``bsft_saga.terminate_saga``): a confirmation page asks for the reason, then
   :func:`bsft_saga.engine.termination.terminate` completes the selected instances.
-- :class:`FireNowAction` (``fire_now``, permission ``bsft_saga.change_sagatimeout``): makes
-  the selected pending timers due now (:func:`bsft_saga.timeouts.expedite.fire_now`).
+- :class:`FireNowAction` (``fire_now``, permission ``bsft_saga.change_sagatimeout``; a
+  ``with_deadline`` timer also needs ``bsft_saga.terminate_saga``, since firing it runs
+  ``on_expired``): makes the selected pending timers due now
+  (:func:`bsft_saga.timeouts.expedite.fire_now`).
 
 Each action is a mixin for the ``ModelAdmin`` that offers it. The *stuck* filter lives in
 :mod:`bsft_saga.admin` next to the *stalled* one; the status summary of the app index page
@@ -25,6 +27,7 @@ from django.utils.translation import gettext_lazy as _
 from django.utils.translation import ngettext
 
 from bsft_saga.engine import termination
+from bsft_saga.events.codec import unstorable_text
 from bsft_saga.timeouts import expedite
 
 TERMINATE_PERMISSION = "bsft_saga.terminate_saga"
@@ -69,12 +72,12 @@ class TerminateSagasAction:
         error = None
         if request.POST.get("post") == "yes":
             reason = request.POST.get("reason", "").strip()
-            if reason:
+            error = _reason_error(reason)
+            if error is None:
                 ids = list(queryset.values_list("pk", flat=True))
                 result = termination.terminate(ids, reason=reason, user=request.user)
                 _report_termination(modeladmin, request, result)
                 return None
-            error = _("Say why: the reason is stored on each instance and in the audit record.")
         opts = modeladmin.model._meta
         context = {
             **modeladmin.admin_site.each_context(request),
@@ -87,6 +90,16 @@ class TerminateSagasAction:
             "media": modeladmin.media,
         }
         return TemplateResponse(request, self.terminate_confirmation_template, context)
+
+
+def _reason_error(reason: str) -> Any:
+    """What is wrong with a termination reason typed in the form; ``None``: nothing."""
+    if not reason:
+        return _("Say why: the reason is stored on each instance and in the audit record.")
+    if unstorable_text(reason) is not None:
+        # PostgreSQL refuses a NUL in text (SQLite would store it): a form error, not a 500.
+        return _("The reason cannot be stored: remove the NUL characters from it.")
+    return None
 
 
 def _report_termination(
@@ -140,6 +153,18 @@ class FireNowAction:
                 % {"count": result.due_now},
                 messages.SUCCESS,
             )
+        held = len(result.held)
+        message_refusals(
+            modeladmin,
+            request,
+            ngettext(
+                "%(count)d timer was made due but is held by a dispatcher's claim:",
+                "%(count)d timers were made due but are held by a dispatcher's claim:",
+                held,
+            )
+            % {"count": held},
+            [message for _pk, message in result.held],
+        )
         refused = len(result.refused)
         message_refusals(
             modeladmin,

@@ -1,6 +1,6 @@
 """What a changelist URL may ask of the database: no lookups into content, no 500s.
 
-Two guards for the operational admin (``bsft_saga.admin``), both mixed into its base class:
+Three guards for the operational admin (``bsft_saga.admin``), all mixed into its base class:
 
 - **Content lookups are refused.** Django's admin lets a URL filter on any local field
   (``?state__total=1234.56``, ``?last_error__startswith=V``). On a content field that is an
@@ -8,6 +8,12 @@ Two guards for the operational admin (``bsft_saga.admin``), both mixed into its 
   messages without ever opening a page that the audit records, and extract them a character
   at a time. ``lookup_allowed`` refuses every lookup on or through a content field, for
   every user, superusers included; Django answers ``DisallowedModelAdminLookup`` with 400.
+- **Only the lookups the page itself produces are accepted.** Any other lookup on a local
+  field would reach the database too: ``?saga_type__regex=(.*){9}X`` runs in Python's
+  backtracking ``re`` on SQLite (13 seconds for that one request) and in PostgreSQL's regex
+  engine. A URL may carry exact matches on the columns the list shows or filters by, and
+  what its own filters, date drill-down and links write (:func:`url_lookups`); anything
+  else is refused like a content lookup, with 400, for every user.
 - **Hostile values are an invalid filter, not a crash.** A date the database cannot hold
   (``9999-12-31T23:59:59-23:59`` is in year 10000 in UTC), a year of twenty digits, or a
   NUL byte (which PostgreSQL refuses in text, while SQLite takes it) would fail inside the
@@ -20,19 +26,29 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from django.contrib.admin import SimpleListFilter
 from django.contrib.admin.options import IncorrectLookupParameters
+from django.contrib.admin.utils import get_fields_from_path
 from django.contrib.admin.views.main import ChangeList
 from django.core.exceptions import FieldDoesNotExist
-from django.db import DatabaseError, models, transaction
+from django.db import DatabaseError, connections, models, transaction
+from django.db.models import Q
 from django.db.models.constants import LOOKUP_SEP
 from django.http import HttpRequest
 
+from bsft_saga.datetimes import readable_q
 from bsft_saga.models import SagaInstance, SagaOutboxMessage, SagaTimeout
 
 if TYPE_CHECKING:
     from django.db.models import QuerySet
 
-__all__ = ["CONTENT_FIELDS", "ContentLookupGuardMixin", "GuardedChangeList", "touches_content"]
+__all__ = [
+    "CONTENT_FIELDS",
+    "ContentLookupGuardMixin",
+    "GuardedChangeList",
+    "touches_content",
+    "url_lookups",
+]
 
 #: The columns that hold saga content: state, payloads, and error messages (which quote
 #: payloads). Shown only to content readers, audited, and never filterable from a URL.
@@ -62,8 +78,78 @@ def touches_content(model: type[models.Model], lookup: str) -> bool:
     return False
 
 
+def url_lookups(model_admin: Any, request: HttpRequest | None) -> frozenset[str]:
+    """The lookups a URL of ``model_admin``'s changelist may carry.
+
+    - ``column`` and ``column__exact`` for each model field the list shows (a display
+      method counts as the field it sorts by) or filters by;
+    - what each list filter writes: a ``SimpleListFilter``'s parameter, a field filter's
+      ``__exact`` and ``__isnull`` (``__<pk>__exact`` for a relation, ``__gte`` and ``__lt``
+      for a date);
+    - the date drill-down's ``__year``, ``__month`` and ``__day``;
+    - ``model_admin.url_lookups``: what the admin's own links write (e.g. an instance page's
+      link to its timers).
+    """
+    model = model_admin.model
+    if request is None:
+        shown, filters = model_admin.list_display, model_admin.list_filter
+    else:
+        shown, filters = model_admin.get_list_display(request), model_admin.get_list_filter(request)
+    allowed = set(getattr(model_admin, "url_lookups", ()))
+    for name in shown:
+        column = _column(model_admin, name)
+        if column is not None:
+            allowed |= {column, f"{column}{LOOKUP_SEP}exact"}
+    for item in filters:
+        if isinstance(item, type) and issubclass(item, SimpleListFilter):
+            allowed.add(str(item.parameter_name))
+        elif isinstance(item, str | list | tuple):
+            allowed |= _filter_lookups(model, item[0] if isinstance(item, list | tuple) else item)
+    hierarchy = model_admin.date_hierarchy
+    if hierarchy:
+        allowed |= {f"{hierarchy}{LOOKUP_SEP}{part}" for part in ("year", "month", "day")}
+    return frozenset(allowed)
+
+
+def _column(model_admin: Any, name: Any) -> str | None:
+    """The model field a list column shows: the field itself, or what a method sorts by."""
+    model = model_admin.model
+    if isinstance(name, str):
+        try:
+            return str(model._meta.get_field(name).name)
+        except FieldDoesNotExist:
+            pass
+        name = getattr(model_admin, name, None)
+    ordering = getattr(name, "admin_order_field", None)
+    return ordering if isinstance(ordering, str) and not ordering.startswith("-") else None
+
+
+def _filter_lookups(model: type[models.Model], path: str) -> set[str]:
+    """What Django's field list filter for ``path`` writes in the URL."""
+    field = get_fields_from_path(model, path)[-1]
+    lookups = {path, f"{path}__exact", f"{path}__isnull"}
+    target = getattr(field, "target_field", None) if field.is_relation else None
+    if target is not None:  # RelatedFieldListFilter: the related row's key
+        lookups.add(f"{path}__{target.name}__exact")
+    if isinstance(field, models.DateField):
+        lookups |= {f"{path}__gte", f"{path}__lt"}
+    return lookups
+
+
 class GuardedChangeList(ChangeList):
     """A changelist whose URL values cannot crash the page (see the module docstring)."""
+
+    def __init__(self, request: HttpRequest, *args: Any, **kwargs: Any) -> None:
+        super().__init__(request, *args, **kwargs)
+        if self.date_hierarchy:
+            # The drill-down reads the dates themselves (MIN, MAX, truncated to a year): a
+            # row stored out of range would fail it. Such a row is still listed (its date
+            # shown as unreadable), only left out of the drill-down.
+            name = self.date_hierarchy
+            vendor = connections[self.queryset.db].vendor
+            self.queryset = self.queryset.filter(
+                readable_q(name, vendor) | Q(**{f"{name}__isnull": True})
+            )
 
     def get_queryset(self, request: HttpRequest, exclude_parameters: Any = None) -> Any:
         try:
@@ -92,12 +178,15 @@ def _probe(queryset: QuerySet[Any]) -> None:
 
 
 class ContentLookupGuardMixin:
-    """``ModelAdmin`` mixin: refuse URL lookups on content fields; guard the changelist."""
+    """``ModelAdmin`` mixin: accept from a URL only the lookups the changelist produces
+    (never one on content); guard the changelist."""
 
     model: type[models.Model]
+    #: Lookups the admin's own links write into this changelist's URL (see ``url_lookups``).
+    url_lookups: tuple[str, ...] = ()
 
     def lookup_allowed(self, lookup: str, value: Any, request: HttpRequest | None = None) -> bool:
-        if touches_content(self.model, lookup):
+        if touches_content(self.model, lookup) or lookup not in url_lookups(self, request):
             return False
         return bool(super().lookup_allowed(lookup, value, request))  # type: ignore[misc]
 

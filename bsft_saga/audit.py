@@ -21,6 +21,15 @@ READ_CONTENT = "saga.instance.read-content"
 TERMINATED = "saga.instance.terminated"
 #: An operator made a pending timer due at once (the admin action ``fire_now``).
 FIRED_NOW = "saga.timeout.fire-now"
+#: An operator returned a dead-lettered timer / outbox row to delivery (the admin actions
+#: ``requeue_dead_lettered``, ``requeue_saga_timeouts``, ``requeue_saga_outbox``).
+TIMEOUT_REQUEUED = "saga.timeout.requeued"
+OUTBOX_REQUEUED = "saga.outbox.requeued"
+#: The action a requeue records, by the requeued row's model label.
+REQUEUED = {
+    "bsft_saga.SagaTimeout": TIMEOUT_REQUEUED,
+    "bsft_saga.SagaOutboxMessage": OUTBOX_REQUEUED,
+}
 
 
 @runtime_checkable
@@ -61,6 +70,25 @@ class ModelAuditRecorder:
             correlation_id=get_correlation_id() or "",
             recorded_at=clock.now(),
         )
+
+
+def record_action(action: str, *, user: Any, saga: Any) -> None:
+    """Write one record of ``action`` by ``user`` about ``saga`` with the configured recorder.
+
+    ``saga`` is a ``SagaInstance`` or ``None`` (an outbox row published without one: the
+    record names no saga). Nothing is written when ``AUDIT_RECORDER`` is ``None``. Called
+    inside the transaction of what it records, so the record and the change commit together.
+    """
+    recorder = get_audit_recorder()
+    if recorder is None:
+        return
+    recorder.record(
+        action=action,
+        user=user,
+        saga_type=saga.saga_type if saga is not None else "",
+        correlation_key=(saga.correlation_key or None) if saga is not None else None,
+        instance_id=saga.pk if saga is not None else None,
+    )
 
 
 def get_audit_recorder() -> AuditRecorder | None:

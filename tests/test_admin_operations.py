@@ -11,10 +11,13 @@ import pytest
 from django.test import Client
 from freezegun import freeze_time
 
-from bsft_saga import clock
+from bsft_saga import clock, publish
 from bsft_saga.audit import FIRED_NOW, TERMINATED
 from bsft_saga.models import SagaAuditRecord, SagaInstance, SagaTimeout, TimeoutOutcome
+from bsft_saga.timeouts.expedite import fire_now
+from bsft_saga.timeouts.requests import DEADLINE_TIMER_NAME
 from tests.test_admin import _messages, _url, _user
+from tests.testapp.ops_events import QuoteSent
 from tests.testapp.ops_flows import make_saga, make_timeout
 
 pytestmark = pytest.mark.django_db
@@ -45,8 +48,38 @@ def test_the_app_index_shows_lag_due_timers_and_dead_letters_at_a_glance() -> No
     text = page.content.decode()
     assert "Timers at a glance" in text
     assert re.search(r"Lag</th><td>120\.0 s</td>", text), text
-    assert re.search(r'\?outcome=due">Due timers</a></th><td>1</td>', text), text
-    assert re.search(r'\?outcome=dead_lettered">Dead-lettered timers</a></th><td>1</td>', text)
+    assert re.search(r'\?status=due">Due timers</a></th><td>1</td>', text), text
+    assert re.search(r'\?status=dead_lettered">Dead-lettered timers</a></th><td>1</td>', text)
+
+
+def test_each_count_at_a_glance_links_to_a_list_of_as_many_rows() -> None:
+    saga = make_saga("glance")
+    now = clock.now()
+    late = make_timeout(saga, "late", due_at=now - timedelta(minutes=2))
+    claimed = make_timeout(saga, "claimed", due_at=now - timedelta(minutes=3))
+    retrying = make_timeout(saga, "retrying", due_at=now - timedelta(minutes=4))
+    make_timeout(saga, "later", due_at=now + timedelta(hours=1))
+    make_timeout(saga, "dead", outcome=TimeoutOutcome.DEAD_LETTERED)
+    # Due, but held back: a dispatcher's claim, a retry's back-off. Late all the same.
+    SagaTimeout.objects.filter(pk=claimed.pk).update(claimed_until=now + timedelta(minutes=5))
+    SagaTimeout.objects.filter(pk=retrying.pk).update(
+        attempts=1, next_attempt_at=now + timedelta(minutes=5)
+    )
+    client = _user("viewer", "view_sagainstance", "view_sagatimeout", "view_sagaoutboxmessage")
+
+    page = client.get(APP_INDEX).content.decode()
+
+    rows = re.findall(r'<a href="([^"]+\?[^"]+)">([^<]+)</a></th><td>(\d+)</td>', page)
+    assert {label for _url, label, _count in rows} >= {"Due timers", "Dead-lettered timers"}
+    for url, label, count in rows:
+        listed = client.get(url).context["cl"].result_count
+        assert (label, listed) == (label, int(count))
+    due = client.get(dict((label, url) for url, label, _ in rows)["Due timers"])
+    assert {timer.pk for timer in due.context["cl"].result_list} == {
+        late.pk,
+        claimed.pk,
+        retrying.pk,
+    }
 
 
 def test_the_summary_is_only_for_users_who_may_view_sagas() -> None:
@@ -174,6 +207,19 @@ def test_the_action_needs_the_terminate_permission() -> None:
     assert not SagaInstance.objects.get(pk=saga.pk).is_complete
 
 
+@pytest.mark.parametrize("reason", ["fraud\x00check", "\x00"])
+def test_a_reason_that_cannot_be_stored_is_a_form_error_and_changes_nothing(reason: str) -> None:
+    # PostgreSQL refuses a NUL in text (a 500), SQLite would store it.
+    saga = make_saga("nul-reason")
+
+    page = _terminate(_user("ops", *TERMINATOR), saga, post="yes", reason=reason)
+
+    assert page.status_code == 200
+    assert "The reason cannot be stored" in page.content.decode()
+    assert not SagaInstance.objects.get(pk=saga.pk).is_complete
+    assert not SagaAuditRecord.objects.exists()
+
+
 def test_the_change_page_shows_why_an_instance_was_terminated() -> None:
     saga = make_saga("why")
     _terminate(_user("ops", *TERMINATOR), saga, post="yes", reason="fraud check failed")
@@ -228,7 +274,6 @@ def test_fire_now_refuses_timers_that_are_no_longer_pending() -> None:
 
 
 def test_a_timer_fired_now_fires_at_the_next_drain() -> None:
-    from bsft_saga import publish
     from bsft_saga.timeouts import drain_due
     from tests.testapp.ops_events import ReminderRequested
 
@@ -251,3 +296,81 @@ def test_fire_now_needs_the_change_permission() -> None:
 
     assert "fire_now" not in offered_actions(changelist)
     assert SagaTimeout.objects.get(pk=timer.pk).due_at == timer.due_at
+
+
+def _warned(messages: list[tuple[str, str]], *parts: str) -> bool:
+    """Whether one warning holds every one of ``parts``."""
+    return any(level == "warning" and all(p in text for p in parts) for level, text in messages)
+
+
+def test_fire_now_reports_a_claimed_timer_as_held_until_its_lease_ends() -> None:
+    # A dispatcher killed mid-batch leaves its claim: the timer fires when the lease runs out,
+    # not "at the next drain".
+    saga = make_saga("claimed")
+    moment = clock.now().replace(microsecond=0)
+    lease_end = moment + timedelta(minutes=4)
+    claimed = make_timeout(saga, "claimed", due_at=moment - timedelta(minutes=1))
+    free = make_timeout(saga, "free", due_at=moment + timedelta(days=1))
+    SagaTimeout.objects.filter(pk=claimed.pk).update(claimed_until=lease_end)
+
+    with freeze_time(moment):
+        response = _fire_now(_user("operator", *OPERATOR), claimed, free)
+
+    messages = _messages(response)
+    assert ("success", "1 timer is due now; it fires at the next drain.") in messages
+    assert ("warning", "1 timer was made due but is held by a dispatcher's claim:") in messages
+    assert _warned(
+        messages,
+        f"timer 'claimed' (id {claimed.pk}) is held by another dispatcher's claim until "
+        f"{lease_end:%Y-%m-%d %H:%M:%S} UTC; it fires when that dispatcher delivers it or "
+        "once the lease ends",
+    ), messages
+    assert SagaAuditRecord.objects.filter(action=FIRED_NOW).count() == 2
+
+
+def test_the_fire_now_service_counts_held_timers_apart() -> None:
+    saga = make_saga("claimed")
+    now = clock.now()
+    claimed = make_timeout(saga, "claimed", due_at=now + timedelta(days=1))
+    SagaTimeout.objects.filter(pk=claimed.pk).update(claimed_until=now + timedelta(minutes=4))
+    expired_claim = make_timeout(saga, "expired-claim", due_at=now + timedelta(days=1))
+    SagaTimeout.objects.filter(pk=expired_claim.pk).update(claimed_until=now - timedelta(seconds=1))
+
+    result = fire_now([claimed.pk, expired_claim.pk], now=now)
+
+    assert result.due_now == 1
+    assert [pk for pk, _message in result.held] == [claimed.pk]
+    assert result.refused == []
+
+
+def _deadline_timer(key: str) -> SagaTimeout:
+    """The ``with_deadline`` timer of a new ``QuoteFollowUpFlow`` (14 days ahead)."""
+    publish(QuoteSent(key))
+    return SagaTimeout.objects.get(saga__correlation_key=key, name=DEADLINE_TIMER_NAME)
+
+
+def test_firing_a_deadline_timer_now_needs_the_terminate_permission() -> None:
+    # Its event runs the flow's on_expired, which here completes the saga.
+    deadline = _deadline_timer("q-deadline")
+    other = make_timeout(deadline.saga, "followup-2", due_at=clock.now() + timedelta(days=1))
+
+    response = _fire_now(_user("operator", *OPERATOR), deadline, other)
+
+    deadline.refresh_from_db()
+    assert deadline.due_at > clock.now() + timedelta(days=13)
+    messages = _messages(response)
+    assert ("success", "1 timer is due now; it fires at the next drain.") in messages
+    assert _warned(messages, "is the deadline of", "needs the permission bsft_saga.terminate_saga")
+    assert SagaAuditRecord.objects.filter(action=FIRED_NOW).count() == 1
+
+
+def test_an_operator_who_may_terminate_may_fire_a_deadline_timer_now() -> None:
+    deadline = _deadline_timer("q-deadline")
+    moment = clock.now().replace(microsecond=0)
+
+    with freeze_time(moment):
+        response = _fire_now(_user("ops", *OPERATOR, "terminate_saga"), deadline)
+
+    deadline.refresh_from_db()
+    assert deadline.due_at == moment
+    assert ("success", "1 timer is due now; it fires at the next drain.") in _messages(response)

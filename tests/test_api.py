@@ -280,14 +280,23 @@ def test_the_list_shows_and_filters_by_the_flow_version_each_instance_runs_on(
     assert keys_of(reader.get(LIST, {"flow_version": "3"})) == []
 
 
-@pytest.mark.parametrize("value", ["two", "1.5", "-1", str(2**63)])
-def test_a_flow_version_filter_that_is_no_stored_version_is_a_400(
-    reader: APIClient, value: str
+@pytest.mark.parametrize(
+    ("param", "value"),
+    [
+        *(("flow_version", value) for value in ["two", "1.5", "-1", str(2**63)]),
+        *(
+            ("min_step_index", value)
+            for value in ["99999999999999999999", str(2**31), "-1", "1e3", "two"]
+        ),
+    ],
+)
+def test_an_integer_filter_no_stored_value_can_match_is_a_400_naming_it(
+    reader: APIClient, param: str, value: str
 ) -> None:
-    response = reader.get(LIST, {"flow_version": value})
+    response = reader.get(LIST, {param: value})
 
     assert response.status_code == 400
-    assert "flow_version" in response.json()
+    assert param in response.json()
 
 
 @pytest.mark.parametrize("param", ["created_after", "updated_before"])

@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 from django.core.management import CommandError, call_command
+from django.test import override_settings
 
 from bsft_saga.management import arguments
 
@@ -120,3 +121,43 @@ def test_the_error_docs_operations_shows_is_the_real_one() -> None:
         run("requeue_saga_timeouts", "--id", HUGE)
 
     assert f"CommandError: {raised.value}\n" in docs
+
+
+# --- text that cannot be stored or printed, dates beyond the stored range -------------------
+
+LONE_SURROGATE = "x\udc80y"  # what the shell hands Python for bytes that are not UTF-8
+
+
+@pytest.mark.parametrize(
+    ("args", "argument"),
+    [
+        (("erase_saga_data", f"tests.ops{LONE_SURROGATE}", "k"), "SAGA_TYPE"),
+        (("erase_saga_data", "tests.ops.reminder", LONE_SURROGATE), "KEY"),
+        (("erase_saga_data", "tests.ops.reminder", "a\x00b"), "KEY"),
+        (("terminate_saga", str(uuid.uuid4()), "--reason", f"fraud {LONE_SURROGATE}"), "--reason"),
+        (("terminate_saga", str(uuid.uuid4()), "--reason", "nul \x00 in it"), "--reason"),
+        (("terminate_saga", LONE_SURROGATE, "--reason", "wrong id"), "ID"),
+    ],
+    ids=["erase-type", "erase-key", "erase-nul", "reason", "reason-nul", "terminate-id"],
+)
+def test_text_that_cannot_be_stored_or_printed_is_a_command_error_naming_it(
+    args: tuple[str, ...], argument: str
+) -> None:
+    with pytest.raises(CommandError, match=f"^{argument}: the text holds a NUL character"):
+        run(*args)
+
+
+@override_settings(DEBUG=True)
+@pytest.mark.parametrize(
+    "value",
+    ["9999-12-31T23:59:59", "9999-12-31T23:00:00-15:00", "0001-01-01T00:00:00+01:00"],
+)
+def test_an_as_of_beyond_the_stored_range_is_a_command_error_naming_it(value: str) -> None:
+    with pytest.raises(CommandError, match=r"^--as-of: the date-time .* is out of range"):
+        run("drain_saga_timeouts", "--as-of", value)
+
+
+def test_a_date_time_at_the_end_of_the_range_is_accepted() -> None:
+    moment = arguments.moment("--as-of", "9998-12-31T23:59:59+00:00")
+
+    assert (moment.year, moment.utcoffset()) == (9998, timedelta(0))

@@ -20,7 +20,14 @@ from django.urls import reverse
 from freezegun.api import FrozenDateTimeFactory
 
 from bsft_saga import clock, publish
-from bsft_saga.models import SagaInstance, SagaOutboxMessage, SagaTimeout, TimeoutOutcome
+from bsft_saga.audit import OUTBOX_REQUEUED, TIMEOUT_REQUEUED
+from bsft_saga.models import (
+    SagaAuditRecord,
+    SagaInstance,
+    SagaOutboxMessage,
+    SagaTimeout,
+    TimeoutOutcome,
+)
 from bsft_saga.outbox import deliver_pending
 from bsft_saga.outbox import requeue_dead_lettered as requeue_outbox
 from bsft_saga.timeouts import drain_due
@@ -248,3 +255,71 @@ def test_the_outbox_admin_action_requeues_for_holders_of_the_change_permission(
         ("success", "1 dead-lettered outbox message was requeued; the next drain delivers it.")
     ]
     assert SagaOutboxMessage.objects.get().dead_lettered_at is None
+
+
+# --- every requeue is audited, like fire-now and terminate ------------------------------------
+
+
+def _audited() -> list[tuple[str, str, str, Any]]:
+    return [
+        (r.action, r.username, r.saga_type, r.instance_id)
+        for r in SagaAuditRecord.objects.order_by("id")
+    ]
+
+
+def test_the_timer_admin_action_audits_each_requeued_timer_under_the_operator() -> None:
+    saga = make_saga("audit-admin")
+    first, second = make_timeout(saga, "a", outcome=DEAD), make_timeout(saga, "b", outcome=DEAD)
+    refused = make_timeout(saga, "fired", outcome=TimeoutOutcome.FIRED)
+    operator = _staff("view_sagatimeout", "change_sagatimeout")
+    username = User.objects.get(is_staff=True).username
+
+    operator.post(
+        reverse("admin:bsft_saga_sagatimeout_changelist"),
+        {"action": "requeue_dead_lettered", "_selected_action": [first.pk, second.pk, refused.pk]},
+    )
+
+    assert _audited() == [(TIMEOUT_REQUEUED, username, saga.saga_type, saga.pk)] * 2
+
+
+def test_requeue_saga_timeouts_audits_each_requeued_timer_without_a_user() -> None:
+    saga = make_saga("audit-command")
+    row = make_timeout(saga, outcome=DEAD)
+
+    call_command("requeue_saga_timeouts", "--id", str(row.pk), stdout=StringIO())
+
+    assert _audited() == [(TIMEOUT_REQUEUED, "", saga.saga_type, saga.pk)]
+    assert SagaAuditRecord.objects.get().user is None
+
+
+def test_outbox_requeues_are_audited_from_the_admin_and_the_command(
+    dead_letter: SagaOutboxMessage,
+) -> None:
+    operator = _staff("view_sagaoutboxmessage", "change_sagaoutboxmessage")
+    username = User.objects.get(is_staff=True).username
+
+    operator.post(
+        reverse("admin:bsft_saga_sagaoutboxmessage_changelist"),
+        {"action": "requeue_dead_lettered", "_selected_action": [str(dead_letter.pk)]},
+    )
+    SagaOutboxMessage.objects.filter(pk=dead_letter.pk).update(dead_lettered_at=clock.now())
+    call_command("requeue_saga_outbox", "--all-dead-lettered", stdout=StringIO())
+
+    # A deferred event published outside any saga: the records name none.
+    assert _audited() == [(OUTBOX_REQUEUED, username, "", None), (OUTBOX_REQUEUED, "", "", None)]
+
+
+def test_a_refused_requeue_writes_no_audit_record() -> None:
+    row = make_timeout(make_saga("audit-refused"), outcome=TimeoutOutcome.FIRED)
+
+    assert requeue_dead_lettered([row.pk]).refused
+
+    assert not SagaAuditRecord.objects.exists()
+
+
+@override_settings(BSFT_SAGA={"API": {"AUDIT_RECORDER": None}})
+def test_without_an_audit_recorder_a_requeue_still_requeues() -> None:
+    row = make_timeout(make_saga("audit-none"), outcome=DEAD)
+
+    assert requeue_dead_lettered([row.pk]).requeued == 1
+    assert not SagaAuditRecord.objects.exists()

@@ -233,7 +233,7 @@ def test_erase_at_verbosity_0_prints_only_the_instances_line(
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        ([REMINDER_SAGA_TYPE, "c\x001"], "KEY must not contain NUL characters"),
+        ([REMINDER_SAGA_TYPE, "c\x001"], "KEY: the text holds a NUL character"),
         ([REMINDER_SAGA_TYPE, "k" * 201], "KEY is 201 characters long; at most 200"),
         (["t" * 201, "c-1"], "SAGA_TYPE is 201 characters long; at most 200"),
     ],

@@ -6,7 +6,6 @@ form it refuses (``tests/test_hostile_queries.py`` walks them).
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import django_filters
@@ -16,6 +15,7 @@ from django.utils.translation import gettext_lazy as _
 from django_filters import rest_framework as drf_filters
 from django_filters.fields import IsoDateTimeField
 
+from bsft_saga.datetimes import EARLIEST, LATEST, storable
 from bsft_saga.models import SagaInstance
 
 #: The largest value a PositiveIntegerField holds on every backend (PostgreSQL's integer).
@@ -23,7 +23,8 @@ _MAX_STORED_INT = 2**31 - 1
 
 
 class StoredIntegerFilter(django_filters.NumberFilter):
-    """An exact integer in the column's range: anything else is a 400, never a query."""
+    """An integer in the column's range (``99999999999999999999`` is not, and on SQLite it
+    would overflow inside the query): anything else is a 400, never a query."""
 
     field_class = forms.IntegerField
 
@@ -33,13 +34,8 @@ class StoredIntegerFilter(django_filters.NumberFilter):
         super().__init__(*args, **kwargs)
 
 
-# A day inside datetime's range: the instant then converts to any database time zone.
-EARLIEST = datetime.min.replace(tzinfo=UTC) + timedelta(days=1)
-LATEST = datetime.max.replace(tzinfo=UTC) - timedelta(days=1)
-
-
 class BoundedIsoDateTimeField(IsoDateTimeField):
-    """An ISO 8601 datetime within the range every database compares without overflow.
+    """An ISO 8601 datetime within the range bsft_saga stores (``bsft_saga.datetimes``).
 
     ``9999-12-31T23:59:59-23:59`` parses, but it is in year 10000 in UTC: SQLite's adapter
     would raise ``OverflowError`` and PostgreSQL ``DataError`` (a 500). Out of range is a
@@ -55,16 +51,13 @@ class BoundedIsoDateTimeField(IsoDateTimeField):
         if parsed is None:
             return parsed
         try:
-            instant = parsed.astimezone(UTC) if parsed.tzinfo is not None else parsed
-            in_range = EARLIEST <= instant.replace(tzinfo=UTC) <= LATEST
-        except OverflowError:
-            in_range = False
-        if not in_range:
+            storable(parsed, field="the date", where="filter")
+        except ValueError:
             raise ValidationError(
                 self.error_messages["out_of_range"],
                 code="out_of_range",
                 params={"earliest": EARLIEST.date(), "latest": LATEST.date()},
-            )
+            ) from None
         return parsed
 
 
@@ -84,7 +77,7 @@ class SagaInstanceFilter(django_filters.FilterSet):
     created_before = BoundedIsoDateTimeFilter(field_name="created_at", lookup_expr="lt")
     updated_after = BoundedIsoDateTimeFilter(field_name="updated_at", lookup_expr="gte")
     updated_before = BoundedIsoDateTimeFilter(field_name="updated_at", lookup_expr="lt")
-    min_step_index = django_filters.NumberFilter(field_name="step_index", lookup_expr="gte")
+    min_step_index = StoredIntegerFilter(field_name="step_index", lookup_expr="gte")
     flow_version = StoredIntegerFilter()
 
     class Meta:

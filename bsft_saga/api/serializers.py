@@ -1,4 +1,10 @@
-"""Serializers: progress metadata for the list, state and timers for the detail."""
+"""Serializers: progress metadata for the list, state and timers for the detail.
+
+A datetime stored out of range (by an earlier release, or by hand) cannot be read back; the
+views load rows with :func:`bsft_saga.datetimes.readable_rows`, and such a value is
+serialized as ``null``, its field named in the row's extra key ``unreadable_fields``
+(present only on such a row).
+"""
 
 from __future__ import annotations
 
@@ -7,8 +13,12 @@ from typing import Any
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
+from bsft_saga.datetimes import readable_rows, unreadable_fields
 from bsft_saga.models import SagaInstance, SagaTimeout
 from bsft_saga.timeouts.listing import listed_timeouts
+
+#: The key that names a row's unreadable datetime fields (only on such a row).
+UNREADABLE_KEY = "unreadable_fields"
 
 INSTANCE_FIELDS = list(SagaInstance.PROGRESS_FIELDS)
 
@@ -31,14 +41,28 @@ TIMEOUT_FIELDS = [
 ]
 
 
-class SagaInstanceSerializer(serializers.ModelSerializer[SagaInstance]):
+class ReadableDatetimesMixin:
+    """Serializes an unreadable datetime as ``null`` and names it in ``unreadable_fields``."""
+
+    def to_representation(self, instance: Any) -> Any:
+        data = super().to_representation(instance)  # type: ignore[misc]
+        unreadable = unreadable_fields(instance)
+        if unreadable:
+            for name in unreadable:
+                if name in data:
+                    data[name] = None
+            data[UNREADABLE_KEY] = list(unreadable)
+        return data
+
+
+class SagaInstanceSerializer(ReadableDatetimesMixin, serializers.ModelSerializer[SagaInstance]):
     class Meta:
         model = SagaInstance
         fields = INSTANCE_FIELDS
         read_only_fields = INSTANCE_FIELDS
 
 
-class SagaTimeoutSerializer(serializers.ModelSerializer[SagaTimeout]):
+class SagaTimeoutSerializer(ReadableDatetimesMixin, serializers.ModelSerializer[SagaTimeout]):
     class Meta:
         model = SagaTimeout
         fields = TIMEOUT_FIELDS
@@ -62,7 +86,7 @@ class SagaInstanceDetailSerializer(SagaInstanceSerializer):
 
     @extend_schema_field(SagaTimeoutSerializer(many=True))
     def get_timeouts(self, instance: SagaInstance) -> Any:
-        return SagaTimeoutSerializer(listed_timeouts(instance), many=True).data
+        return SagaTimeoutSerializer(readable_rows(listed_timeouts(instance)), many=True).data
 
     def get_timeouts_total(self, instance: SagaInstance) -> int:
         return instance.timeouts.count()

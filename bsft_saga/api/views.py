@@ -33,6 +33,7 @@ from bsft_saga.api.serializers import (
 )
 from bsft_saga.audit import READ_CONTENT, AuditRecorder, get_audit_recorder
 from bsft_saga.conf import saga_settings
+from bsft_saga.datetimes import readable_rows
 from bsft_saga.models import SagaInstance
 from bsft_saga.status import saga_status
 from bsft_saga.timeouts.listing import in_listing_order
@@ -70,6 +71,11 @@ class SagaInstanceViewSet(ReadOnlyModelViewSet[SagaInstance]):
             raise Http404("Reading saga content is not enabled.")
         super().initial(request, *args, **kwargs)
 
+    def get_queryset(self) -> Any:
+        # A date stored out of range would fail the whole response; it is served as null
+        # and named in the row's "unreadable_fields" instead (bsft_saga.datetimes).
+        return readable_rows(super().get_queryset())
+
     def get_permissions(self) -> list[BasePermission]:
         if self.action in CONTENT_ACTIONS:
             return [CanViewSagas(), CanReadSagaContent()]
@@ -95,7 +101,7 @@ class SagaInstanceViewSet(ReadOnlyModelViewSet[SagaInstance]):
         recorder = _content_recorder()
         instance = self.get_object()
         # The viewset is typed for instances; this one route pages timer rows.
-        timeouts: Any = in_listing_order(instance.timeouts.all())
+        timeouts: Any = readable_rows(in_listing_order(instance.timeouts.all()))
         page: Any = self.paginate_queryset(timeouts)
         # After paging: a page that does not exist is DRF's 404 and, like any miss,
         # records nothing.

@@ -9,6 +9,7 @@ from typing import Any
 
 from django.db import IntegrityError, transaction
 
+from bsft_saga.audit import REQUEUED, record_action
 from bsft_saga.delivery.channel import Channel, R
 
 logger = logging.getLogger("bsft_saga.delivery")
@@ -22,7 +23,9 @@ class RequeueResult:
     refused: list[tuple[Any, str]] = field(default_factory=list)
 
 
-def requeue_dead_lettered(channel: Channel[R], ids: Iterable[Any] | None = None) -> RequeueResult:
+def requeue_dead_lettered(
+    channel: Channel[R], ids: Iterable[Any] | None = None, *, user: Any = None
+) -> RequeueResult:
     """Make dead-lettered rows deliverable again; ``ids=None`` means every dead letter.
 
     A requeued row has ``attempts`` 0 and no ``next_attempt_at``, so the next pass delivers
@@ -31,7 +34,9 @@ def requeue_dead_lettered(channel: Channel[R], ids: Iterable[Any] | None = None)
     it, when it does not exist, is not dead-lettered, or when the channel refuses it (see
     ``Channel.requeue_refusal``). Each row is requeued in its own savepoint, conditionally on
     still being dead-lettered, so concurrent requeues are safe and one refusal never undoes
-    another row's requeue.
+    another row's requeue. Each requeued row writes one audit record
+    (``"saga.timeout.requeued"`` or ``"saga.outbox.requeued"``, naming ``user`` — ``None``
+    from a command — and the row's saga) in the savepoint that requeued it.
     """
     every_row = channel.all_rows()
     if ids is None:
@@ -52,7 +57,7 @@ def requeue_dead_lettered(channel: Channel[R], ids: Iterable[Any] | None = None)
         elif row.dead_lettered_at is None:
             reason = f"{channel.describe(row)} is not dead-lettered ({row.status().label})"
         else:
-            reason = channel.requeue_refusal(row) or _requeue_one(channel, row)
+            reason = channel.requeue_refusal(row) or _requeue_one(channel, row, user)
         if reason is None:
             requeued += 1
         else:
@@ -60,7 +65,7 @@ def requeue_dead_lettered(channel: Channel[R], ids: Iterable[Any] | None = None)
     return RequeueResult(requeued=requeued, refused=refused)
 
 
-def _requeue_one(channel: Channel[R], row: R) -> str | None:
+def _requeue_one(channel: Channel[R], row: R, user: Any) -> str | None:
     values = {
         "attempts": 0,
         "next_attempt_at": None,
@@ -74,6 +79,9 @@ def _requeue_one(channel: Channel[R], row: R) -> str | None:
             changed = channel.all_rows().dead_lettered().filter(pk=row.pk).update(**values)
             if changed:
                 channel.after_requeue(row)
+                record_action(
+                    REQUEUED[channel.model._meta.label], user=user, saga=getattr(row, "saga", None)
+                )
     except IntegrityError:
         # A row it would collide with (a pending timer of the same name) appeared meanwhile.
         logger.info("bsft_saga: requeue of %s lost a race", channel.describe(row))

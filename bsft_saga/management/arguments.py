@@ -18,10 +18,15 @@ from __future__ import annotations
 import re
 import uuid
 from collections.abc import Iterable
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from django.core.management.base import CommandError
+from django.utils import timezone
+from django.utils.dateparse import parse_datetime
+
+from bsft_saga.datetimes import storable
+from bsft_saga.events.codec import unstorable_text
 
 __all__ = [
     "MAX_BATCH_SIZE",
@@ -29,9 +34,11 @@ __all__ = [
     "MAX_ROW_ID",
     "batch_size",
     "duration",
+    "moment",
     "parse_duration",
     "positive_int",
     "row_ids",
+    "text",
     "uuids",
 ]
 
@@ -118,6 +125,46 @@ def uuids(option: str, values: Iterable[Any]) -> list[uuid.UUID]:
         except ValueError:
             raise CommandError(f"{option}: {_shown(value)} is not a UUID") from None
     return parsed
+
+
+def moment(option: str, value: str | datetime) -> datetime:
+    """The value of a date-time option: ISO 8601 (naive: in ``TIME_ZONE``), aware, and
+    within the dates bsft_saga stores (0001-01-02 to 9998-12-31 in UTC)."""
+    if isinstance(value, str):
+        try:
+            parsed = parse_datetime(value.strip())
+        except ValueError:  # well formed, but no such date (2026-02-30)
+            parsed = None
+        if parsed is None:
+            raise CommandError(
+                f"{option}: {_shown(value)} is not an ISO 8601 date-time, "
+                "e.g. 2026-03-31T09:00:00+00:00"
+            )
+        value = parsed
+    if not isinstance(value, datetime):
+        raise CommandError(f"{option}: expected an ISO 8601 date-time, got {_kind(value)}")
+    if timezone.is_naive(value):
+        value = timezone.make_aware(value)
+    try:
+        return storable(value, field="the date-time", where=option)
+    except ValueError as exc:
+        raise CommandError(str(exc)) from None
+
+
+def text(option: str, value: Any, *, max_length: int | None = None) -> str:
+    """The value of a text argument that is stored or printed: no NUL character, no lone
+    surrogate (PostgreSQL stores neither, and a terminal cannot print a surrogate), and at
+    most ``max_length`` characters."""
+    if not isinstance(value, str):
+        raise CommandError(f"{option}: expected text, got {_kind(value)}")
+    problem = unstorable_text(value)
+    if problem is not None:
+        raise CommandError(f"{option}: {problem.replace('str holds', 'the text holds', 1)}")
+    if max_length is not None and len(value) > max_length:
+        raise CommandError(
+            f"{option} is {len(value)} characters long; at most {max_length} are stored"
+        )
+    return value
 
 
 def _integer(option: str, value: Any) -> int:

@@ -8,23 +8,36 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 from django.db import transaction
 
 from bsft_saga import clock
-from bsft_saga.audit import FIRED_NOW, get_audit_recorder
+from bsft_saga.audit import FIRED_NOW, record_action
 from bsft_saga.models import SagaTimeout
+from bsft_saga.timeouts.requests import DEADLINE_TIMER_NAME
 
-__all__ = ["FireNowResult", "fire_now"]
+__all__ = ["DEADLINE_PERMISSION", "FireNowResult", "fire_now"]
+
+#: Firing a ``with_deadline`` timer runs the flow's ``on_expired``, which usually ends the
+#: saga: it needs what terminating one needs (the admin's ``terminate_sagas`` permission).
+DEADLINE_PERMISSION = "bsft_saga.terminate_saga"
 
 
 @dataclass(frozen=True)
 class FireNowResult:
-    """How many timers are due now, and ``(timeout id, reason)`` for each one refused."""
+    """What :func:`fire_now` did, in the order the ids came.
+
+    - ``due_now``: timers that are due now and held by nobody; the next pass fires them.
+    - ``held``: ``(timeout id, message)`` for each timer made due that a dispatcher's claim
+      still holds: it fires when that dispatcher delivers it or, if that dispatcher died,
+      once the claim's lease (``claimed_until``, which the message names) has run out.
+    - ``refused``: ``(timeout id, reason)`` for each timer left as it was.
+    """
 
     due_now: int = 0
+    held: list[tuple[int, str]] = field(default_factory=list)
     refused: list[tuple[int, str]] = field(default_factory=list)
 
 
@@ -34,20 +47,42 @@ def fire_now(ids: Iterable[int], *, user: Any = None, now: datetime | None = Non
     ``due_at`` becomes ``now`` and a waiting retry back-off (``next_attempt_at``) is
     dropped; ``attempts`` and the ``message_id`` stay, so receivers see the same message.
     The event is not published here: the timer fires through the dispatcher like any other
-    (the catch-up policy sees it as just due). One audit record per timer
-    (``action="saga.timeout.fire-now"``, naming its saga) is written in the same
-    transaction. A timer that does not exist or is no longer pending is refused.
+    (the catch-up policy sees it as just due). A timer a dispatcher has claimed is made due
+    too, but reported as ``held``: the claim decides when it fires. One audit record per
+    timer made due (``action="saga.timeout.fire-now"``, naming its saga) is written in the
+    same transaction.
+
+    Refused: a timer that does not exist or is no longer pending, and a ``with_deadline``
+    timer (``bsft_saga.deadline``) when ``user`` lacks ``DEADLINE_PERMISSION`` (``user=None``,
+    code or a command run by the operator, may fire it).
     """
     moment = now or clock.now()
     wanted = list(dict.fromkeys(int(pk) for pk in ids))
-    rows = SagaTimeout.objects.filter(pk__in=wanted).select_related("saga").in_bulk()
+    # Only what the messages and the audit need: a date stored out of range (which firing
+    # now replaces) must not stop the action.
+    rows = (
+        SagaTimeout.objects.filter(pk__in=wanted)
+        .select_related("saga")
+        .only("id", "name", "saga", "saga__saga_type", "saga__correlation_key")
+        .in_bulk()
+    )
+    held: list[tuple[int, str]] = []
     refused: list[tuple[int, str]] = []
     due_now = 0
-    recorder = get_audit_recorder()
     for pk in wanted:
         row = rows.get(pk)
         if row is None:
             refused.append((pk, f"timeout {pk} does not exist"))
+            continue
+        if row.name == DEADLINE_TIMER_NAME and not _may_fire_deadline(user):
+            refused.append(
+                (
+                    pk,
+                    f"timer {row.name!r} (id {pk}) is the deadline of {row.saga}: firing it "
+                    f"runs the flow's on_expired, which needs the permission "
+                    f"{DEADLINE_PERMISSION}",
+                )
+            )
             continue
         with transaction.atomic():
             moved = (
@@ -55,17 +90,33 @@ def fire_now(ids: Iterable[int], *, user: Any = None, now: datetime | None = Non
                 .filter(pk=pk)
                 .update(due_at=moment, next_attempt_at=None)
             )
-            if moved and recorder is not None:
-                recorder.record(
-                    action=FIRED_NOW,
-                    user=user,
-                    saga_type=row.saga.saga_type,
-                    correlation_key=row.saga.correlation_key or None,
-                    instance_id=row.saga_id,
-                )
-        if moved:
-            due_now += 1
-        else:
+            # Read under the row lock the update took: a claim cannot change meanwhile.
+            claimed_until = (
+                SagaTimeout.objects.claimed(moment)
+                .filter(pk=pk)
+                .values_list("claimed_until", flat=True)
+                .first()
+                if moved
+                else None
+            )
+            if moved:
+                record_action(FIRED_NOW, user=user, saga=row.saga)
+        if not moved:
             outcome = SagaTimeout.objects.filter(pk=pk).values_list("outcome", flat=True).first()
             refused.append((pk, f"timer {row.name!r} (id {pk}) is not pending ({outcome})"))
-    return FireNowResult(due_now=due_now, refused=refused)
+        elif claimed_until is not None:
+            held.append(
+                (
+                    pk,
+                    f"timer {row.name!r} (id {pk}) is held by another dispatcher's claim until "
+                    f"{claimed_until.astimezone(UTC):%Y-%m-%d %H:%M:%S} UTC; it fires when that "
+                    "dispatcher delivers it or once the lease ends",
+                )
+            )
+        else:
+            due_now += 1
+    return FireNowResult(due_now=due_now, held=held, refused=refused)
+
+
+def _may_fire_deadline(user: Any) -> bool:
+    return user is None or bool(user.has_perm(DEADLINE_PERMISSION))

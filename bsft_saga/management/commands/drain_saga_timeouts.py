@@ -11,8 +11,6 @@ from typing import Any
 
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
-from django.utils import timezone
-from django.utils.dateparse import parse_datetime
 
 from bsft_saga import outbox
 from bsft_saga.conf import saga_settings
@@ -182,17 +180,7 @@ def _as_of(value: str | None, *, force: bool, loop: bool) -> datetime | None:
             "--as-of fires timers before their time; it is meant for development databases "
             "and refused while DEBUG is off. Pass --force to run it anyway."
         )
-    try:
-        moment = parse_datetime(value.strip())
-    except ValueError:
-        moment = None
-    if moment is None:
-        raise CommandError(
-            f"--as-of: {value!r} is not an ISO 8601 date-time, e.g. 2026-03-31T09:00:00+00:00"
-        )
-    if timezone.is_naive(moment):
-        moment = timezone.make_aware(moment)
-    return moment
+    return arguments.moment("--as-of", value)
 
 
 def _outbox_line(report: outbox.DeliveryReport) -> str:

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.core.management.base import BaseCommand, CommandParser
 
+from bsft_saga.management import arguments
 from bsft_saga.models import SagaInstance
 from bsft_saga.retention import erase_saga_data
 
@@ -41,8 +42,10 @@ class Command(BaseCommand):
         )
 
     def handle(self, *args: Any, **options: Any) -> None:
-        saga_type = _argument(options["saga_type"], "SAGA_TYPE")
-        key = _argument(options["key"], "KEY")
+        saga_type = arguments.text(
+            "SAGA_TYPE", options["saga_type"], max_length=_MAX_LENGTHS["SAGA_TYPE"]
+        )
+        key = arguments.text("KEY", options["key"], max_length=_MAX_LENGTHS["KEY"])
         report = erase_saga_data(
             saga_type, key, include_active=options["include_active"], dry_run=options["dry_run"]
         )
@@ -66,12 +69,3 @@ class Command(BaseCommand):
                 )
         # Last, at every verbosity: scripts read it with `tail -n 1`.
         self.stdout.write(self.style.SUCCESS(f"instances={report.instances}"))
-
-
-def _argument(value: str, name: str) -> str:
-    if "\x00" in value:
-        raise CommandError(f"{name} must not contain NUL characters")
-    limit = _MAX_LENGTHS[name]
-    if limit is not None and len(value) > limit:
-        raise CommandError(f"{name} is {len(value)} characters long; at most {limit} are stored")
-    return value

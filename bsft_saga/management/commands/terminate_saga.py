@@ -7,6 +7,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from bsft_saga.engine.termination import terminate
+from bsft_saga.management import arguments
 
 
 class Command(BaseCommand):
@@ -29,10 +30,12 @@ class Command(BaseCommand):
         )
 
     def handle(self, *args: Any, **options: Any) -> None:
-        reason = options["reason"].strip()
+        reason = arguments.text("--reason", options["reason"]).strip()
         if not reason:
             raise CommandError("--reason must say why the sagas are terminated; it is empty")
-        result = terminate(options["ids"], reason=reason, user=None)
+        # Printed back when refused: text a terminal cannot print must fail here, by name.
+        ids = [arguments.text("ID", given) for given in options["ids"]]
+        result = terminate(ids, reason=reason, user=None)
         verbosity = int(options["verbosity"])
         if verbosity >= 2:
             for pk in result.terminated:
