@@ -15,14 +15,21 @@ from typing import Any
 import pytest
 from django.db import connection
 from django.test import Client
+from freezegun.api import FrozenDateTimeFactory
 
 from bsft_saga import publish
 from bsft_saga.datetimes import EARLIEST, LATEST, storable
-from bsft_saga.models import SagaInstance, SagaOutboxMessage, SagaTimeout
+from bsft_saga.delivery.report import DeliveryReport
+from bsft_saga.models import SagaInstance, SagaOutboxMessage, SagaTimeout, TimeoutOutcome
+from bsft_saga.outbox import deliver_pending
+from bsft_saga.signals import deferred_event_committed
+from bsft_saga.tasks import _enqueue_delivery
+from bsft_saga.timeouts import DrainReport, drain_due
 from tests.admin_support import admin_url, staff_client
+from tests.testapp.dispatch_events import InvoiceSent
 from tests.testapp.events import QuoteSent
 from tests.testapp.ops_flows import make_saga, make_timeout
-from tests.testapp.timer_events import ProbeStarted
+from tests.testapp.timer_events import ProbePoked, ProbeStarted
 from tests.testapp.timer_flows import ProbeFlow, schedule_probe_due, timers_of
 
 pytestmark = pytest.mark.django_db
@@ -196,3 +203,53 @@ def test_firing_an_unreadable_timer_now_makes_it_readable_again(unreadable: Saga
     )
 
     assert SagaTimeout.objects.get(pk=unreadable.pk).due_at <= datetime.now(UTC)
+
+
+def test_a_pass_dead_letters_an_unreadable_outbox_row_and_delivers_the_healthy_ones(
+    record: Any,
+) -> None:
+    delivered = record(ProbePoked)
+    publish(ProbeStarted("p-bad"))
+    deferred_event_committed.disconnect(dispatch_uid="bsft_saga.tasks.enqueue")
+    try:  # left to the drain, as when the broker was down
+        bad = publish(ProbePoked("p-bad"), defer=True)
+        healthy = [publish(ProbePoked(f"p-{i}"), defer=True) for i in range(3)]
+    finally:
+        deferred_event_committed.connect(
+            _enqueue_delivery, dispatch_uid="bsft_saga.tasks.enqueue"
+        )
+    store_unreadable(SagaOutboxMessage, bad.message_id, "deadline")
+
+    report = deliver_pending()
+
+    if connection.vendor == "sqlite":  # its converter reads the value as null: no blocker
+        assert (report.delivered, report.dead_lettered) == (4, 0)
+        return
+    assert (report.delivered, report.dead_lettered) == (3, 1)
+    assert sorted(e.message_id for e in delivered.envelopes) == sorted(
+        e.message_id for e in healthy
+    )
+    row = SagaOutboxMessage.objects.filter(pk=bad.message_id)
+    assert row.values_list("last_error", flat=True).get().startswith("Unreadable: ")
+    assert row.exclude(dead_lettered_at=None).exists()
+    assert deliver_pending() == DeliveryReport()  # nothing left to block a pass
+
+
+def test_a_pass_dead_letters_a_timer_whose_saga_cannot_be_read_and_fires_the_rest(
+    clock: FrozenDateTimeFactory,
+) -> None:
+    for key in ("inv-bad", "inv-1", "inv-2"):
+        publish(InvoiceSent(key))
+    bad = SagaInstance.objects.get(correlation_key="inv-bad")
+    store_unreadable(SagaInstance, bad.pk, "deadline")
+
+    report = drain_due()
+
+    if connection.vendor == "sqlite":  # its converter reads the value as null: no blocker
+        assert (report.fired, report.dead_lettered) == (3, 0)
+        return
+    assert (report.fired, report.dead_lettered) == (2, 1)
+    timer = SagaTimeout.objects.filter(saga_id=bad.pk).values("outcome", "last_error").get()
+    assert timer["outcome"] == TimeoutOutcome.DEAD_LETTERED
+    assert timer["last_error"].startswith("Unreadable: ")
+    assert drain_due() == DrainReport()

@@ -9,13 +9,13 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, Generic
 
-from django.db import connection, transaction
-from django.db.models import F, prefetch_related_objects
+from django.db import DataError, connection, transaction
+from django.db.models import F, QuerySet, prefetch_related_objects
 
 from bsft_saga import telemetry
 from bsft_saga.conf import saga_settings
 from bsft_saga.delivery.channel import Channel, R
-from bsft_saga.delivery.failures import CONNECTION_LOST
+from bsft_saga.delivery.failures import CONNECTION_LOST, failure_reason
 from bsft_saga.models import DeliveryRow
 from bsft_saga.querysets import DeliveryQuerySet
 
@@ -36,6 +36,8 @@ class Claimed(Generic[R]):
     rows: list[R]
     #: Rows whose claims ran out ``MAX_DISPATCH_ATTEMPTS`` times: dead-lettered, not claimed.
     dead_lettered: list[R]
+    #: Rows (or their sagas) holding a value that cannot be read back: dead-lettered.
+    unreadable: int = 0
 
 
 def claim(
@@ -77,8 +79,9 @@ def claim(
             # alone, down the ready index; the related rows of those it took are loaded
             # after it (joined into it, the planner may read every saga before the LIMIT).
             locking = candidates.select_for_update(skip_locked=True)
-            rows, given_up = _sort_out(list(locking[:limit]), max_attempts)
-            prefetch_related_objects([*rows, *given_up], *channel.related)
+            read, unreadable = _readable(channel, locking[:limit])
+            _give_up_unreadable(channel, every_row, unreadable, now)
+            rows, given_up = _sort_out(read, max_attempts)
             _give_up(channel, every_row.filter(pk__in=_pks(given_up)), given_up, now)
             if rows:
                 every_row.filter(pk__in=_pks(rows)).update(**fields, **_counted(rows))
@@ -86,19 +89,82 @@ def claim(
         # Read which rows are ready outside the transaction (one that reads first and
         # writes later can be refused SQLite's write lock), then write with the
         # conditions again: only rows still claimable while the UPDATE runs are taken.
-        rows, given_up = _sort_out(list(candidates[:limit]), max_attempts)
+        read, unreadable = _readable(channel, candidates[:limit], related=False)
+        rows, given_up = _sort_out(read, max_attempts)
         prefetch_related_objects(given_up, *channel.related)  # the claimed ones: reloaded
         with transaction.atomic():
             still_claimable = channel.claimable(now)
+            _give_up_unreadable(channel, still_claimable, unreadable, now)
             _give_up(channel, still_claimable.filter(pk__in=_pks(given_up)), given_up, now)
             if rows:
                 still_claimable.filter(pk__in=_pks(rows)).update(**fields, **_counted(rows))
-                rows = list(channel.load(channel.held(token)).in_ready_order())
+                rows, also = _readable(channel, channel.load(channel.held(token)).in_ready_order())
+                _give_up_unreadable(channel, channel.held(token), also, now)
+                unreadable += also
     for row in rows:
         row.claim_token, row.claimed_until = token, until
     for row in given_up:  # committed: counted like the rows a delivery dead-letters
         telemetry.count(channel.dead_lettered_counter, channel.saga_type(row))
-    return Claimed(rows, given_up)
+    if unreadable:
+        telemetry.count(channel.dead_lettered_counter, "", len(unreadable))
+    return Claimed(rows, given_up, len(unreadable))
+
+
+#: What a value the driver cannot read back raises while rows load: psycopg's "timestamp
+#: too large (after year 10K)" (a ``DataError``), SQLite's converters a ``ValueError``.
+_UNREADABLE_ERRORS = (DataError, ValueError, OverflowError)
+
+
+def _readable(
+    channel: Channel[R], rows: QuerySet[R], *, related: bool = True
+) -> tuple[list[R], list[tuple[Any, str]]]:
+    """Load ``rows`` (with their related rows, if ``related``); those that cannot be read,
+    as ``(pk, reason)``.
+
+    A row written by an earlier release, or by hand, may hold a value its driver cannot
+    read back (a date after the year 9999 in UTC). Loaded with the others it would fail
+    every claim, and be the first ready row of each: no row would ever be delivered again.
+    Such a load is retried row by row (rare: it costs one query per row of that batch).
+    """
+    lookups = channel.related if related else ()
+    try:
+        loaded = list(rows)
+        prefetch_related_objects(loaded, *lookups)
+        return loaded, []
+    except _UNREADABLE_ERRORS:
+        pass
+    loaded, unreadable = [], []
+    for pk in rows.values_list("pk", flat=True):
+        try:
+            row = channel.all_rows().get(pk=pk)
+            prefetch_related_objects([row], *lookups)
+        except _UNREADABLE_ERRORS as exc:
+            unreadable.append((pk, f"{UNREADABLE}: {failure_reason(exc)}"))
+        else:
+            loaded.append(row)
+    return loaded, unreadable
+
+
+#: How a row whose stored values cannot be read back is dead-lettered.
+UNREADABLE = (
+    "Unreadable: a stored value of this row or of its saga cannot be read back (fix or "
+    "delete it, then requeue the row)"
+)
+
+
+def _give_up_unreadable(
+    channel: Channel[R], where: DeliveryQuerySet[R], rows: list[tuple[Any, str]], now: datetime
+) -> None:
+    for pk, reason in rows:
+        where.filter(pk=pk).update(
+            attempts=F("attempts") + 1,
+            last_error=reason,
+            dead_lettered_at=now,
+            next_attempt_at=None,
+            claimed_until=None,
+            **channel.dead_lettered(now, reason),
+        )
+        logger.error("bsft_saga: %s %s dead-lettered: %s", channel.noun, pk, reason)
 
 
 def _pks(rows: Sequence[Any]) -> list[Any]:

@@ -97,7 +97,7 @@ def run_pass(
             max_attempts=config.max_dispatch_attempts,
             only=wanted,
         )
-        given_up = len(claimed.dead_lettered)
+        given_up = len(claimed.dead_lettered) + claimed.unreadable
         skipped = len(wanted) - len(claimed.rows) - given_up if wanted is not None else 0
         if not claimed.rows:
             return DeliveryReport(
