@@ -13,9 +13,11 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from datetime import datetime
 
+from django.db import connection
 from django.db.models import Count, Min
 
 from bsft_saga import clock
+from bsft_saga.datetimes import readable_q
 from bsft_saga.models import SagaInstance, SagaOutboxMessage, SagaTimeout
 from bsft_saga.querysets import SagaTimeoutQuerySet
 
@@ -100,8 +102,11 @@ def dead_letters() -> int:
 
 def _due_timers(now: datetime) -> SagaTimeoutQuerySet:
     # Not SagaTimeout.objects.due(): that is what a dispatcher may claim (no live claim, an
-    # order); a claimed or backing-off row is still late.
-    return SagaTimeout.objects.pending().filter(due_at__lte=now)
+    # order); a claimed or backing-off row is still late. A due time that cannot be read
+    # back (year 10000, stored by hand) is not late; on SQLite, whose dates are text, it
+    # would sort as due and then fail the MIN() every status page reads.
+    readable = readable_q("due_at", connection.vendor)
+    return SagaTimeout.objects.pending().filter(readable, due_at__lte=now)
 
 
 def _oldest_undelivered_outbox() -> datetime | None:
