@@ -147,7 +147,7 @@ def check_stored_rows(
     dead-lettered; state that no longer decodes (E054) fails the instance's next step."""
     if not databases:
         return []  # no queries at startup
-    from bsft_saga.stored_rows import find_problems
+    from bsft_saga.db.stored_rows import find_problems
 
     return [
         Error(problem.message, hint=problem.hint, obj=problem.model, id=problem.check_id)

@@ -21,13 +21,13 @@ from typing import Any
 
 from django.db import transaction
 
-from bsft_saga import sql
 from bsft_saga.conf import saga_settings
+from bsft_saga.db import sql
 from bsft_saga.delivery import requeue
 from bsft_saga.delivery.channel import Channel
 from bsft_saga.delivery.passes import run_pass
 from bsft_saga.delivery.report import DeliveryReport
-from bsft_saga.delivery.requeue import RequeueResult
+from bsft_saga.delivery.requeue import RequeueReport
 from bsft_saga.events import codec
 from bsft_saga.events.envelope import Envelope
 from bsft_saga.events.registry import event_class, event_type_of
@@ -51,7 +51,7 @@ class OutboxChannel(Channel[SagaOutboxMessage]):
     noun = "outbox message"
     dead_lettered_counter = "outbox.dead_lettered"
     related = ("saga",)
-    open_where = MappingProxyType({"delivered_at": None, "dead_lettered_at": None})
+    pending_where = MappingProxyType({"delivered_at": None, "dead_lettered_at": None})
 
     def __init__(self, known: Mapping[uuid.UUID, Envelope] | None = None) -> None:
         self.known = known or {}
@@ -62,8 +62,8 @@ class OutboxChannel(Channel[SagaOutboxMessage]):
     def claimable(self, now: datetime) -> SagaOutboxQuerySet:
         return SagaOutboxMessage.objects.claimable(now)
 
-    def open_rows(self) -> SagaOutboxQuerySet:
-        return SagaOutboxMessage.objects.undelivered()
+    def pending_rows(self) -> SagaOutboxQuerySet:
+        return SagaOutboxMessage.objects.pending()
 
     def delivered_rows(self) -> SagaOutboxQuerySet:
         return SagaOutboxMessage.objects.delivered()
@@ -154,10 +154,13 @@ def _deliver_staged(envelopes: list[Envelope]) -> None:
         logger.exception("bsft_saga: delivering %d staged event(s) failed", len(envelopes))
 
 
-def requeue_dead_lettered(ids: Iterable[uuid.UUID] | None = None) -> RequeueResult:
+def requeue_dead_lettered(
+    ids: Iterable[uuid.UUID] | None = None, *, user: Any = None
+) -> RequeueReport:
     """Make dead-lettered outbox rows deliverable again (``None``: all of them); the next
-    pass delivers them. See ``bsft_saga.delivery.requeue``."""
-    return requeue.requeue_dead_lettered(OUTBOX, None if ids is None else list(ids))
+    pass delivers them. Each requeue is audited under ``user`` (``None``: code or a
+    command). See ``bsft_saga.delivery.requeue``."""
+    return requeue.requeue_dead_lettered(OUTBOX, None if ids is None else list(ids), user=user)
 
 
 def envelope_of(row: SagaOutboxMessage) -> Envelope:

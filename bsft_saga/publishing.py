@@ -11,7 +11,7 @@ from asgiref.sync import sync_to_async
 
 from bsft_saga import clock
 from bsft_saga.correlation import MAX_LENGTH, get_correlation_id, new_correlation_id
-from bsft_saga.datetimes import storable
+from bsft_saga.db.datetimes import storable
 from bsft_saga.events import codec, payloads
 from bsft_saga.events.envelope import Envelope
 from bsft_saga.events.registry import check_publishable, event_type_of
@@ -38,7 +38,7 @@ def publish(
     one (``new_correlation_id()``), which the steps it runs, their timers and the events
     they publish carry on. A payload the codec cannot encode is a ``TypeError`` here; an
     event type of bsft_saga's own (``bsft_saga.*``), a ``deadline`` that is naive or
-    outside the stored range (0001-01-02 to 9998-12-31 in UTC, see ``bsft_saga.datetimes``),
+    outside the stored range (0001-01-02 to 9998-12-31 in UTC, see ``bsft_saga.db.datetimes``),
     a correlation id (given or ambient) longer than 200 characters, or an encoded event
     larger than ``BSFT_SAGA["MAX_PAYLOAD_BYTES"]`` is a ``ValueError``. Nothing is written
     when it raises.

@@ -4,20 +4,23 @@ Timers and outbox messages are delivered by one machinery (``bsft_saga.delivery`
 share one lifecycle, defined here once, in SQL (the queryset methods) and in Python
 (:func:`timer_status` / :func:`outbox_status`, behind ``row.status()``)::
 
-    open ──┬── waiting ─── (due_at, created_at) not reached yet; timers only
-           ├── ready ───── a pass may claim it now
-           ├── retrying ── an attempt failed; not tried again before next_attempt_at
-           └── claimed ─── a pass holds it (claim_token, lease until claimed_until)
+    pending ┬─ waiting ─── (due_at, created_at) not reached yet; timers only
+            ├─ ready ───── a pass may claim it now
+            ├─ retrying ── an attempt failed; not tried again before next_attempt_at
+            └─ claimed ─── a pass holds it (claim_token, lease until claimed_until)
     retired ─ fired | missed | canceled | dead_lettered     (timers: outcome, dispatched_at)
               delivered | dead_lettered                      (outbox: delivered_at, ...)
 
-An open row's status depends on the time: a lease runs out, a back-off ends. A timer is open
-while ``dispatched_at`` is null, an outbox message while neither ``delivered_at`` nor
-``dead_lettered_at`` is set.
+A pending row's status depends on the time: a lease runs out, a back-off ends. A timer is
+pending while ``dispatched_at`` is null, an outbox message while neither ``delivered_at``
+nor ``dead_lettered_at`` is set. The pass's own word for what happened to a row in it is
+its :class:`~bsft_saga.delivery.report.Outcome`; the retired statuses are also stored, for
+timers, as ``SagaTimeout.outcome``.
 """
 
 from __future__ import annotations
 
+import warnings
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
@@ -47,7 +50,7 @@ class DeliveryStatus(models.TextChoices):
     DEAD_LETTERED = "dead_lettered", "dead-lettered"
 
 
-OPEN_STATUSES = (
+PENDING_STATUSES = (
     DeliveryStatus.WAITING,
     DeliveryStatus.READY,
     DeliveryStatus.RETRYING,
@@ -64,12 +67,14 @@ def _retrying(now: datetime) -> Q:
 
 
 class DeliveryQuerySet(models.QuerySet[M]):
-    """What timers and outbox messages have in common: open rows, claims, retries."""
+    """What timers and outbox messages have in common: pending rows, claims, retries."""
 
-    #: The column an open row becomes ready at when it has never failed.
+    #: The column an pending row becomes ready at when it has never failed.
     ready_field: ClassVar[str]
 
-    def open(self: Q_) -> Q_:
+    def pending(self: Q_) -> Q_:
+        """Rows still to be delivered (a timer not yet retired, an outbox row neither
+        delivered nor dead-lettered): the only rows a claim can hold."""
         raise NotImplementedError
 
     def _ready_at(self) -> Coalesce:
@@ -81,30 +86,30 @@ class DeliveryQuerySet(models.QuerySet[M]):
         return self.alias(ready_at=self._ready_at()).order_by("ready_at", "pk")
 
     def first_ready_at(self) -> datetime | None:
-        """When the first open row becomes ready (due, or past its back-off); None: none."""
-        first: datetime | None = self.open().aggregate(first=Min(self._ready_at()))["first"]
+        """When the first pending row becomes ready (due, or past its back-off); None: none."""
+        first: datetime | None = self.pending().aggregate(first=Min(self._ready_at()))["first"]
         return first
 
     def claimable(self: Q_, now: datetime) -> Q_:
-        """Open rows a pass may claim at ``now``: ready, past any back-off, held by nobody."""
+        """Pending rows a pass may claim at ``now``: ready, past any back-off, held by nobody."""
         return (
-            self.open().in_ready_order().filter(ready_at__lte=now).exclude(claimed_until__gte=now)
+            self.pending().in_ready_order().filter(ready_at__lte=now).exclude(claimed_until__gte=now)
         )
 
     def retrying(self: Q_, now: datetime) -> Q_:
-        """Open rows waiting out the back-off after a failed attempt."""
-        return self.open().filter(_retrying(now)).exclude(_claimed(now))
+        """Pending rows waiting out the back-off after a failed attempt."""
+        return self.pending().filter(_retrying(now)).exclude(_claimed(now))
 
     def claimed(self: Q_, now: datetime) -> Q_:
-        """Open rows a pass holds right now (its lease has not run out)."""
-        return self.open().filter(_claimed(now))
+        """Pending rows a pass holds right now (its lease has not run out)."""
+        return self.pending().filter(_claimed(now))
 
     def dead_lettered(self: Q_) -> Q_:
         """Rows given up after ``MAX_DISPATCH_ATTEMPTS`` failed attempts."""
         return self.filter(dead_lettered_at__isnull=False)
 
     def waiting(self: Q_, now: datetime) -> Q_:
-        """Open rows not ready yet (an outbox row is ready once it exists)."""
+        """Pending rows not ready yet (an outbox row is ready once it exists)."""
         return self.none()
 
     def retired_in(self: Q_, status: DeliveryStatus) -> Q_:
@@ -148,9 +153,6 @@ class SagaInstanceQuerySet(models.QuerySet["SagaInstance"]):
 class SagaTimeoutQuerySet(DeliveryQuerySet["SagaTimeout"]):
     ready_field = "due_at"
 
-    def open(self) -> SagaTimeoutQuerySet:
-        return self.pending()
-
     def pending(self) -> SagaTimeoutQuerySet:
         """Timers that have not left the pending set (``dispatched_at`` is null)."""
         return self.filter(dispatched_at__isnull=True)
@@ -177,16 +179,18 @@ class SagaTimeoutQuerySet(DeliveryQuerySet["SagaTimeout"]):
 class SagaOutboxQuerySet(DeliveryQuerySet["SagaOutboxMessage"]):
     ready_field = "created_at"
 
-    def open(self) -> SagaOutboxQuerySet:
-        return self.undelivered()
-
-    def undelivered(self) -> SagaOutboxQuerySet:
+    def pending(self) -> SagaOutboxQuerySet:
         """Rows still to be delivered: neither delivered nor dead-lettered."""
         return self.filter(delivered_at__isnull=True, dead_lettered_at__isnull=True)
 
-    def pending(self) -> SagaOutboxQuerySet:
-        """The same as :meth:`undelivered` (kept for the name the admin and tests use)."""
-        return self.undelivered()
+    def undelivered(self) -> SagaOutboxQuerySet:
+        """Deprecated: :meth:`pending`, the one name of a row still to be delivered."""
+        warnings.warn(
+            "SagaOutboxMessage.objects.undelivered() is deprecated; use pending()",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return self.pending()
 
     def delivered(self) -> SagaOutboxQuerySet:
         return self.filter(delivered_at__isnull=False)
@@ -199,7 +203,7 @@ class SagaOutboxQuerySet(DeliveryQuerySet["SagaOutboxMessage"]):
         return self.none()  # fired, missed, canceled: timers only
 
 
-def _open_status(row: Any, ready_from: datetime, now: datetime) -> DeliveryStatus:
+def _pending_status(row: Any, ready_from: datetime, now: datetime) -> DeliveryStatus:
     if row.claimed_until is not None and row.claimed_until >= now:
         return DeliveryStatus.CLAIMED
     if row.next_attempt_at is not None:
@@ -211,7 +215,7 @@ def timer_status(row: SagaTimeout, now: datetime) -> DeliveryStatus:
     """The status of one timer at ``now`` (the Python twin of ``in_status``)."""
     if row.outcome:
         return DeliveryStatus(row.outcome)
-    return _open_status(row, row.due_at, now)
+    return _pending_status(row, row.due_at, now)
 
 
 def outbox_status(row: SagaOutboxMessage, now: datetime) -> DeliveryStatus:
@@ -220,12 +224,12 @@ def outbox_status(row: SagaOutboxMessage, now: datetime) -> DeliveryStatus:
         return DeliveryStatus.DEAD_LETTERED
     if row.delivered_at is not None:
         return DeliveryStatus.DELIVERED
-    return _open_status(row, row.created_at, now)
+    return _pending_status(row, row.created_at, now)
 
 
 #: The statuses each table's rows can be in, in lifecycle order (admin filters list these).
 TIMER_STATUSES = (
-    *OPEN_STATUSES,
+    *PENDING_STATUSES,
     DeliveryStatus.FIRED,
     DeliveryStatus.MISSED,
     DeliveryStatus.CANCELED,

@@ -17,7 +17,7 @@ from django.db import connection
 from django.db.models import Count, Min
 
 from bsft_saga import clock
-from bsft_saga.datetimes import readable_q
+from bsft_saga.db.datetimes import readable_q
 from bsft_saga.models import SagaInstance, SagaOutboxMessage, SagaTimeout
 from bsft_saga.querysets import SagaTimeoutQuerySet
 

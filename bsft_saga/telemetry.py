@@ -11,7 +11,7 @@ instrument                                kind       counts / measures
 ``bsft.saga.completed``                   counter    saga instances completed
 ``bsft.saga.timeout.scheduled``           counter    timers written by a step
 ``bsft.saga.timeout.fired``               counter    timers whose event was published
-``bsft.saga.timeout.canceled``            counter    pending timers cancelled
+``bsft.saga.timeout.canceled``            counter    pending timers canceled
 ``bsft.saga.timeout.missed``              counter    timers skipped by the catch-up policy
 ``bsft.saga.timeout.dead_lettered``       counter    timers given up after repeated failures
 ``bsft.saga.outbox.dead_lettered``        counter    deferred/staged events given up likewise
@@ -83,7 +83,7 @@ COUNTERS: Final[Mapping[str, str]] = MappingProxyType(
         "completed": "Saga instances completed.",
         "timeout.scheduled": "Timers written by a saga step.",
         "timeout.fired": "Timers whose event was published.",
-        "timeout.canceled": "Pending timers cancelled by a step, the end of a wait, or completion.",
+        "timeout.canceled": "Pending timers canceled by a step, the end of a wait, or completion.",
         "timeout.missed": "Due timers skipped by the catch-up policy.",
         "timeout.dead_lettered": "Timers given up after MAX_DISPATCH_ATTEMPTS failed dispatches.",
         "outbox.dead_lettered": "Outbox rows given up after MAX_DISPATCH_ATTEMPTS deliveries.",
@@ -174,7 +174,7 @@ def _observer(
     name: str, read: Callable[[], float]
 ) -> Callable[[CallbackOptions], Iterable[Observation]]:
     def observe(options: CallbackOptions) -> Iterable[Observation]:
-        from bsft_saga.connections import refresh_idle_connections
+        from bsft_saga.db.connections import refresh_idle_connections
 
         try:
             refresh_idle_connections()  # a broken or expired connection from the last time

@@ -116,7 +116,7 @@ class SagaHarness:
 
         Retries happen on the way too: a timer that fails is fired again at its
         ``next_attempt_at`` if that falls inside ``delta``. Returns how many timers stopped
-        being due (fired, missed, dead-lettered, or cancelled by a step woken on the way).
+        being due (fired, missed, dead-lettered, or canceled by a step woken on the way).
         """
         if self._frozen is None:
             raise RuntimeError("SagaHarness is not started: use it as a context manager")

@@ -167,7 +167,7 @@ def test_confirming_with_a_reason_terminates_and_audits_under_the_user() -> None
     assert not SagaTimeout.objects.filter(saga=saga).pending().exists()
     record = SagaAuditRecord.objects.get(action=TERMINATED)
     assert (record.username, record.instance_id) == ("ops", saga.pk)
-    assert ("success", "1 saga was terminated; its pending timers were cancelled.") in _messages(
+    assert ("success", "1 saga was terminated; its pending timers were canceled.") in _messages(
         response
     )
 

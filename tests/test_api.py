@@ -109,7 +109,7 @@ def reader(operator: User) -> APIClient:
 
 @pytest.fixture
 def three_sagas() -> None:
-    """o-1 (order, advanced at T0+3h), q-1 (quote, T0+1h), o-2 (order, cancelled at T0+4h).
+    """o-1 (order, advanced at T0+3h), q-1 (quote, T0+1h), o-2 (order, canceled at T0+4h).
 
     Created in the order o-1, q-1, o-2; last moved in the order q-1, o-1, o-2.
     """

@@ -21,8 +21,8 @@ from django.test import override_settings
 
 from bsft_saga import clock, publish
 from bsft_saga.draining import PassReport
+from bsft_saga.flows.graph import render, render_dot, render_mermaid
 from bsft_saga.flows.registry import flow_registry
-from bsft_saga.graph import render, render_dot, render_mermaid
 from bsft_saga.management.commands.purge_saga_timeouts import parse_duration
 from bsft_saga.models import SagaInstance, SagaOutboxMessage, SagaTimeout, TimeoutOutcome
 from bsft_saga.outbox import DeliveryReport

@@ -447,7 +447,7 @@ def test_a_step_may_not_publish_or_schedule_the_deadline_event(
 
 def _timer(saga_id: uuid.UUID, name: str) -> TimerOrigin:
     values: dict[str, Any] = {
-        "timeout_id": 1,
+        "timer_id": 1,
         "saga_id": saga_id,
         "name": name,
         "claim_token": uuid.uuid4(),

@@ -3,7 +3,7 @@
 Each of these used to escape: failure text PostgreSQL refuses (NUL) or no encoder accepts
 (a lone surrogate) made the bookkeeping raise and the rest of the batch wait for its lease;
 the same text in an after-commit delivery raised out of ``publish()`` after the saga had
-committed; ``fire_latest_per_saga`` raised ``KeyError`` when a claimed row was cancelled
+committed; ``fire_latest_per_saga`` raised ``KeyError`` when a claimed row was canceled
 before the policy looked; a fresh process did not know the deadline event's type.
 """
 
@@ -148,7 +148,7 @@ def test_fire_latest_per_saga_tolerates_timers_cancelled_while_it_looks(
     with connection.execute_wrapper(cancel_q1_first):
         report = drain_due()
 
-    # q-1's two timers were claimed, then cancelled: not fired, counted as taken by others.
+    # q-1's two timers were claimed, then canceled: not fired, counted as taken by others.
     assert report == DrainReport(fired=1, missed=1, unclaimed=2)
     assert reminders.events == [QuoteCallbackDue("q-2")]
 

@@ -94,7 +94,7 @@ def test_what_a_step_publishes_is_delivered_after_commit_with_no_transaction_ope
     publish(ProbeStarted("p-source", forward))
 
     assert calls == [OUTSIDE, OUTSIDE]
-    assert not SagaOutboxMessage.objects.undelivered().exists()
+    assert not SagaOutboxMessage.objects.pending().exists()
 
 
 def test_the_outbox_drain_and_the_delivery_task_run_receivers_with_no_transaction_open(
@@ -116,7 +116,7 @@ def test_the_outbox_drain_and_the_delivery_task_run_receivers_with_no_transactio
     assert deliver_event(str(tasked.message_id)) == 1
     assert deliver_pending().delivered == 1
     assert calls == [OUTSIDE] * 4
-    assert not SagaOutboxMessage.objects.undelivered().exists()
+    assert not SagaOutboxMessage.objects.pending().exists()
 
 
 def test_the_harness_fires_timers_with_no_transaction_open(

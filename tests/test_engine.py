@@ -283,7 +283,7 @@ def test_mark_complete_ends_the_saga_before_its_last_step() -> None:
     assert row.is_complete
     assert row.completed_at == NOW
     assert row.step_index == 2  # of 3 steps
-    assert codec.decode(OrderState, row.state).cancelled
+    assert codec.decode(OrderState, row.state).canceled
 
 
 @pytest.mark.django_db(transaction=True)

@@ -19,7 +19,8 @@ from django.db import connection
 from django.test import override_settings
 from django.test.utils import CaptureQueriesContext
 
-from bsft_saga import clock, publish, sql
+from bsft_saga import clock, publish
+from bsft_saga.db import sql
 from bsft_saga.models import SagaAuditRecord, SagaInstance, SagaOutboxMessage, SagaTimeout
 from tests.testapp.timer_events import ProbeDue, ProbePoked, ProbeStarted
 from tests.testapp.timer_flows import ProbeFlow, timers_of

@@ -114,7 +114,7 @@ def test_or_offers_an_alternative_event_for_the_same_step() -> None:
     publish(OrderPlaced("o-1"))
     publish(OrderCancelled("o-1", reason="changed mind"))
     state = order_state("o-1")
-    assert state.cancelled
+    assert state.canceled
     assert not state.reserved
     assert state.log == ["placed", "OrderCancelled"]
 

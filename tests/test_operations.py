@@ -17,13 +17,13 @@ from django.test.utils import CaptureQueriesContext
 from freezegun import freeze_time
 
 from bsft_saga import clock, publish
+from bsft_saga.flows.graph import render, render_dot, render_mermaid
 from bsft_saga.flows.registry import flow_registry
-from bsft_saga.graph import render, render_dot, render_mermaid
 from bsft_saga.models import SagaInstance, SagaTimeout, TimeoutOutcome
 from bsft_saga.retention import purge_timeouts as purge
 from bsft_saga.timeouts import drain_due
 from bsft_saga.timeouts.channel import TimerChannel
-from bsft_saga.timeouts.maintenance import RequeueResult, requeue_dead_lettered
+from bsft_saga.timeouts.maintenance import RequeueReport, requeue_dead_lettered
 from tests.services import in_ci
 from tests.testapp.ops_events import ReminderRequested
 from tests.testapp.ops_flows import (
@@ -55,7 +55,7 @@ def test_requeue_returns_a_dead_letter_to_the_pending_set() -> None:
 
     result = requeue_dead_lettered([row.pk])
 
-    assert result == RequeueResult(requeued=1, refused=[])
+    assert result == RequeueReport(requeued=1, refused=[])
     row.refresh_from_db()
     assert (row.dispatched_at, row.outcome, row.dead_lettered_at) == (None, None, None)
     assert (row.dead_letter_reason, row.attempts) == ("", 0)
@@ -115,7 +115,7 @@ def test_requeue_refuses_rows_that_are_not_dead_lettered() -> None:
 def test_requeue_refuses_ids_that_do_not_exist() -> None:
     result = requeue_dead_lettered([987654321])
 
-    assert result == RequeueResult(
+    assert result == RequeueReport(
         requeued=0, refused=[(987654321, "timer 987654321 does not exist")]
     )
 
@@ -136,7 +136,7 @@ def test_requeue_without_ids_takes_every_dead_letter_and_nothing_else() -> None:
 
     result = requeue_dead_lettered()
 
-    assert result == RequeueResult(requeued=3, refused=[])
+    assert result == RequeueReport(requeued=3, refused=[])
     assert all(_pending(row) for row in dead)
     assert not _pending(fired)
 

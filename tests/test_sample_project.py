@@ -130,7 +130,7 @@ def test_demo_order_without_payment_is_cancelled_by_its_payment_timer(
     o2 = journey(demo.stdout, "orders.fulfilment", "o-2")
 
     assert "step_index=3  is_complete=True" in o2
-    assert '"status": "cancelled"' in o2
+    assert '"status": "canceled"' in o2
     assert re.search(
         r"timer\s+payment\s+due Sat 2026-03-28 10:00 UTC .*fired\s+at Sat 2026-03-28 10:00 UTC", o2
     ), o2

@@ -18,7 +18,7 @@ from django.test import Client
 from freezegun.api import FrozenDateTimeFactory
 
 from bsft_saga import publish
-from bsft_saga.datetimes import EARLIEST, LATEST, storable
+from bsft_saga.db.datetimes import EARLIEST, LATEST, storable
 from bsft_saga.delivery.report import DeliveryReport
 from bsft_saga.models import SagaInstance, SagaOutboxMessage, SagaTimeout, TimeoutOutcome
 from bsft_saga.outbox import deliver_pending

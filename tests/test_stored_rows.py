@@ -24,8 +24,8 @@ from django.db import connection
 from django.db.migrations.recorder import MigrationRecorder
 
 from bsft_saga import clock, publish
+from bsft_saga.db.stored_rows import find_problems, migrations_applied
 from bsft_saga.models import SagaInstance, SagaOutboxMessage, SagaTimeout
-from bsft_saga.stored_rows import find_problems, migrations_applied
 from tests.deploys import running_release
 from tests.testapp.ops_events import ApprovalRequested, Approved
 from tests.testapp.ops_flows import make_saga, make_timeout

@@ -17,13 +17,13 @@ from django.test import override_settings
 
 from bsft_saga import publish
 from bsft_saga.audit import TERMINATED
-from bsft_saga.engine.termination import TerminationResult, terminate
+from bsft_saga.engine.termination import TerminationReport, terminate
 from bsft_saga.models import SagaAuditRecord, SagaInboxEntry, SagaInstance, SagaTimeout
 from tests.services import require_postgres_backend
 from tests.testapp.timer_events import ProbePoked, ProbeStarted
 from tests.testapp.timer_flows import ProbeFlow, schedule_probe_due
 
-REASON = "customer cancelled by phone, ticket 4711"
+REASON = "customer canceled by phone, ticket 4711"
 
 
 def probe(key: str) -> SagaInstance:
@@ -50,7 +50,7 @@ def test_terminating_completes_the_instance_at_once_and_stores_the_reason(action
 
     result = terminate([saga.pk], reason=f"  {REASON}  ")
 
-    assert result == TerminationResult(terminated=[saga.pk], refused=[])
+    assert result == TerminationReport(terminated=[saga.pk], refused=[])
     saga.refresh_from_db()
     assert saga.is_complete
     assert saga.completed_at is not None
@@ -309,7 +309,7 @@ def test_a_termination_that_read_before_a_step_committed_terminates_the_newer_ve
 
     step = Worker(step_and_hold)
     termination = Worker(lambda: outcome.append(terminate([saga.pk], reason=REASON)))
-    outcome: list[TerminationResult] = []
+    outcome: list[TerminationReport] = []
     step.start()
     assert stepped.wait(timeout=60)
     termination.start()
@@ -318,7 +318,7 @@ def test_a_termination_that_read_before_a_step_committed_terminates_the_newer_ve
     step.finish()
     termination.finish()
 
-    assert outcome == [TerminationResult(terminated=[saga.pk], refused=[])]
+    assert outcome == [TerminationReport(terminated=[saga.pk], refused=[])]
     saga.refresh_from_db()
     assert saga.step_index == 2  # the step's write is kept...
     assert (saga.is_complete, saga.terminated_reason) == (True, REASON)  # ...and so is this

@@ -194,7 +194,7 @@ def test_a_timer_envelope_is_marked_as_coming_from_its_timer(
     assert envelope.message_id == row.message_id
     assert envelope.event_type == "tests.quote.follow-up-due"
     assert envelope.timer is not None
-    assert (envelope.timer.timeout_id, envelope.timer.saga_id, envelope.timer.name) == (
+    assert (envelope.timer.timer_id, envelope.timer.saga_id, envelope.timer.name) == (
         row.pk,
         row.saga_id,
         "followup",
@@ -390,7 +390,7 @@ def test_a_timer_cancelled_after_the_pass_claimed_it_is_not_published(
     clock: FrozenDateTimeFactory, record: Any, action: Any
 ) -> None:
     # Both timers are claimed by one pass. The first wakes the saga's next step, which
-    # ends the wait and so cancels the second before the pass reaches it: a timer cancelled
+    # ends the wait and so cancels the second before the pass reaches it: a timer canceled
     # between the claim and its dispatch is never published.
     def two_timers(ctx: Any, e: Any) -> None:
         ctx.schedule_timeout("wake", timedelta(hours=1), ProbePoked(e.probe_id))

@@ -1,7 +1,7 @@
-"""Scheduling and cancelling durable named timers from saga steps, in plain durations and in
+"""Scheduling and canceling durable named timers from saga steps, in plain durations and in
 business days.
 
-Every timer here is written or cancelled by the engine's persistence window, in the same
+Every timer here is written or canceled by the engine's persistence window, in the same
 commit as the step that asked for it.
 """
 
@@ -390,7 +390,7 @@ def test_several_timers_can_be_pending_at_once(clock: Any) -> None:
     ]
 
 
-# --- cancelling -------------------------------------------------------------------------
+# --- canceling -------------------------------------------------------------------------
 
 
 def test_accepting_the_quote_cancels_both_reminders(clock: FrozenDateTimeFactory) -> None:

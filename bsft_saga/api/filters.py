@@ -15,7 +15,7 @@ from django.utils.translation import gettext_lazy as _
 from django_filters import rest_framework as drf_filters
 from django_filters.fields import IsoDateTimeField
 
-from bsft_saga.datetimes import EARLIEST, LATEST, storable
+from bsft_saga.db.datetimes import EARLIEST, LATEST, storable
 from bsft_saga.models import SagaInstance
 
 #: The largest value a PositiveIntegerField holds on every backend (PostgreSQL's integer).
@@ -35,7 +35,7 @@ class StoredIntegerFilter(django_filters.NumberFilter):
 
 
 class BoundedIsoDateTimeField(IsoDateTimeField):
-    """An ISO 8601 datetime within the range bsft_saga stores (``bsft_saga.datetimes``).
+    """An ISO 8601 datetime within the range bsft_saga stores (``bsft_saga.db.datetimes``).
 
     ``9999-12-31T23:59:59-23:59`` parses, but it is in year 10000 in UTC: SQLite's adapter
     would raise ``OverflowError`` and PostgreSQL ``DataError`` (a 500). Out of range is a

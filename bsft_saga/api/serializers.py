@@ -1,7 +1,7 @@
 """Serializers: progress metadata for the list, state and timers for the detail.
 
 A datetime stored out of range (by an earlier release, or by hand) cannot be read back; the
-views load rows with :func:`bsft_saga.datetimes.readable_rows`, and such a value is
+views load rows with :func:`bsft_saga.db.datetimes.readable_rows`, and such a value is
 serialized as ``null``, its field named in the row's extra key ``unreadable_fields``
 (present only on such a row).
 """
@@ -13,7 +13,7 @@ from typing import Any
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
-from bsft_saga.datetimes import readable_rows, unreadable_fields
+from bsft_saga.db.datetimes import readable_rows, unreadable_fields
 from bsft_saga.models import SagaInstance, SagaTimeout
 from bsft_saga.timeouts.listing import listed_timeouts
 

@@ -33,7 +33,7 @@ from bsft_saga.api.serializers import (
 )
 from bsft_saga.audit import READ_CONTENT, AuditRecorder, get_audit_recorder
 from bsft_saga.conf import saga_settings
-from bsft_saga.datetimes import readable_rows
+from bsft_saga.db.datetimes import readable_rows
 from bsft_saga.models import SagaInstance
 from bsft_saga.status import saga_status
 from bsft_saga.timeouts.listing import in_listing_order
@@ -73,7 +73,7 @@ class SagaInstanceViewSet(ReadOnlyModelViewSet[SagaInstance]):
 
     def get_queryset(self) -> Any:
         # A date stored out of range would fail the whole response; it is served as null
-        # and named in the row's "unreadable_fields" instead (bsft_saga.datetimes).
+        # and named in the row's "unreadable_fields" instead (bsft_saga.db.datetimes).
         return readable_rows(super().get_queryset())
 
     def get_permissions(self) -> list[BasePermission]:

@@ -35,7 +35,7 @@ class Channel(ABC, Generic[R]):
     The machinery (claim, deliver in a batch, record failures, requeue) is the same for
     both; a channel names the table's columns and vocabulary. Every row has ``attempts``,
     ``last_error``, ``next_attempt_at``, ``dead_lettered_at``, ``claim_token`` and
-    ``claimed_until``; what "open" (still to be delivered) and "delivered" mean differs.
+    ``claimed_until``; what "pending" (still to be delivered) and "delivered" mean differs.
     """
 
     #: The model whose rows this channel delivers.
@@ -47,9 +47,9 @@ class Channel(ABC, Generic[R]):
     dead_lettered_counter: ClassVar[str]
     #: Related rows loaded with each claimed row (joined, or fetched after the claim).
     related: ClassVar[tuple[str, ...]] = ()
-    #: The columns that are null while a row is open (``open_rows()`` as equality, for the
-    #: hot path's statements in :mod:`bsft_saga.sql`).
-    open_where: ClassVar[Mapping[str, None]]
+    #: The columns that are null while a row is pending (``pending_rows()`` as equality, for the
+    #: hot path's statements in :mod:`bsft_saga.db.sql`).
+    pending_where: ClassVar[Mapping[str, None]]
 
     @abstractmethod
     def all_rows(self) -> DeliveryQuerySet[R]:
@@ -57,10 +57,10 @@ class Channel(ABC, Generic[R]):
 
     @abstractmethod
     def claimable(self, now: datetime) -> DeliveryQuerySet[R]:
-        """Open rows that are ready at ``now`` and held by no live claim, in delivery order."""
+        """Pending rows that are ready at ``now`` and held by no live claim, in delivery order."""
 
     @abstractmethod
-    def open_rows(self) -> DeliveryQuerySet[R]:
+    def pending_rows(self) -> DeliveryQuerySet[R]:
         """Rows still to be delivered (the only ones a claim can hold)."""
 
     @abstractmethod
@@ -107,19 +107,19 @@ class Channel(ABC, Generic[R]):
         return rows.select_related(*self.related) if self.related else rows
 
     def held(self, token: Any) -> DeliveryQuerySet[R]:
-        """Open rows that still carry the claim ``token``."""
-        return self.open_rows().filter(claim_token=token)
+        """Pending rows that still carry the claim ``token``."""
+        return self.pending_rows().filter(claim_token=token)
 
     def where_held(self, row: R, token: Any) -> dict[str, Any]:
-        """``row``, while it is open and ``token`` holds it: a condition for ``sql.update``."""
-        return {self.model._meta.pk.name: row.pk, "claim_token": token, **self.open_where}
+        """``row``, while it is pending and ``token`` holds it: a condition for ``sql.update``."""
+        return {self.model._meta.pk.name: row.pk, "claim_token": token, **self.pending_where}
 
     def requeued(self) -> dict[str, Any]:
-        """The table's own column values that make a dead-lettered row open again."""
+        """The table's own column values that make a dead-lettered row pending again."""
         return {}
 
     def after_requeue(self, row: R) -> None:
-        """Runs in the savepoint that made ``row`` open again (to touch what it belongs to)."""
+        """Runs in the savepoint that made ``row`` pending again (to touch what it belongs to)."""
 
     def requeue_refusal(self, row: R) -> str | None:
         """Why a dead-lettered ``row`` must not be requeued, or ``None`` to requeue it."""

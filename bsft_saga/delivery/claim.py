@@ -22,7 +22,7 @@ from bsft_saga.querysets import DeliveryQuerySet
 logger = logging.getLogger("bsft_saga.delivery")
 
 #: What a row's last attempt records when the pass that claimed it never finished: its
-#: lease ran out with the row still open and the claim never given back.
+#: lease ran out with the row still pending and the claim never given back.
 ABANDONED = (
     "ClaimAbandoned: the pass that claimed it stopped before it finished (its claim lease "
     "ran out); the process may have been killed while delivering it"
@@ -172,7 +172,7 @@ def _pks(rows: Sequence[Any]) -> list[Any]:
 
 
 def _abandoned(row: DeliveryRow) -> bool:
-    # Open and claimable, yet still carrying a token: the lease of a claim that was neither
+    # Pending and claimable, yet still carrying a token: the lease of a claim that was neither
     # finished (retired, or failed and released) nor given back ran out.
     return row.claim_token is not None
 

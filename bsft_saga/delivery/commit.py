@@ -24,7 +24,8 @@ from typing import Any, Generic
 
 from django.db import DatabaseError, IntegrityError, transaction
 
-from bsft_saga import clock, sql
+from bsft_saga import clock
+from bsft_saga.db import sql
 from bsft_saga.delivery.channel import Channel, R
 from bsft_saga.delivery.failures import failure_reason, lost_the_connection
 from bsft_saga.delivery.report import Outcome

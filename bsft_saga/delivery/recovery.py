@@ -99,7 +99,7 @@ def waiting(channel: Channel[Any]) -> int:
 
 
 def give_back(channel: Channel[Any]) -> GivenBack:
-    """Release the open rows of every lost claim of ``channel``'s table.
+    """Release the pending rows of every lost claim of ``channel``'s table.
 
     Never raises: while the database is still unreachable the claims are kept for the next
     try (and, at worst, their lease runs out as it would have anyway).

@@ -37,7 +37,7 @@ class DeliveryReport:
 
     @property
     def settled(self) -> int:
-        """Rows that stopped being open (or being this pass's) in this pass.
+        """Rows that stopped being pending (or being this pass's) in this pass.
 
         A failed attempt is not among them: the row waits for its back-off, and another pass
         right away would find it not ready.

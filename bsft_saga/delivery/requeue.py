@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import warnings
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -16,7 +17,7 @@ logger = logging.getLogger("bsft_saga.delivery")
 
 
 @dataclass(frozen=True)
-class RequeueResult:
+class RequeueReport:
     """What a requeue did; ``refused`` lists ``(id, reason)`` in the order the ids came."""
 
     requeued: int = 0
@@ -25,7 +26,7 @@ class RequeueResult:
 
 def requeue_dead_lettered(
     channel: Channel[R], ids: Iterable[Any] | None = None, *, user: Any = None
-) -> RequeueResult:
+) -> RequeueReport:
     """Make dead-lettered rows deliverable again; ``ids=None`` means every dead letter.
 
     A requeued row has ``attempts`` 0 and no ``next_attempt_at``, so the next pass delivers
@@ -62,7 +63,7 @@ def requeue_dead_lettered(
             requeued += 1
         else:
             refused.append((pk, reason))
-    return RequeueResult(requeued=requeued, refused=refused)
+    return RequeueReport(requeued=requeued, refused=refused)
 
 
 def _requeue_one(channel: Channel[R], row: R, user: Any) -> str | None:
@@ -89,3 +90,13 @@ def _requeue_one(channel: Channel[R], row: R, user: Any) -> str | None:
     if not changed:
         return f"{channel.describe(row)} is no longer dead-lettered"
     return None
+
+
+def __getattr__(name: str) -> Any:
+    # Deprecated names: every report of bsft_saga is a ``…Report``.
+    if name == "RequeueResult":
+        warnings.warn(
+            "RequeueResult is deprecated; use RequeueReport", DeprecationWarning, stacklevel=2
+        )
+        return RequeueReport
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -14,7 +14,7 @@ from typing import Any, Generic, TypeVar
 
 from bsft_saga.calendars import get_calendar
 from bsft_saga.conf import saga_settings
-from bsft_saga.datetimes import storable
+from bsft_saga.db.datetimes import storable
 from bsft_saga.events import payloads
 from bsft_saga.events.envelope import Envelope
 from bsft_saga.events.registry import check_publishable, event_type_of
@@ -105,7 +105,7 @@ class SagaContext(Generic[S]):
         return envelope
 
     def mark_complete(self) -> None:
-        """Complete the saga when this step commits; its pending timers are cancelled."""
+        """Complete the saga when this step commits; its pending timers are canceled."""
         self.effects.completed = True
 
     def schedule_timeout(
@@ -121,8 +121,8 @@ class SagaContext(Generic[S]):
 
         ``when`` is a delay (counted in business days of ``calendar`` when given) or an
         aware datetime; the time it comes to must lie between 0001-01-02 and 9998-12-31 in
-        UTC (``bsft_saga.datetimes``), or it is a ``ValueError``. A pending timer with the
-        same name is replaced. ``scope="step"`` timers are cancelled when the saga handles
+        UTC (``bsft_saga.db.datetimes``), or it is a ``ValueError``. A pending timer with the
+        same name is replaced. ``scope="step"`` timers are canceled when the saga handles
         its next awaited event; ``scope="saga"`` timers live until they fire or the saga
         completes. A step may call this at most
         ``BSFT_SAGA["ENGINE"]["MAX_TIMERS_PER_STEP"]`` times (1,000 by default): the next

@@ -177,7 +177,7 @@ def _plan_step(
         key,
         envelope.message_id,
         or_finished=is_start,
-        firing=envelope.timer.timeout_id if envelope.timer is not None else None,
+        firing=envelope.timer.timer_id if envelope.timer is not None else None,
     )
     if instance is None:
         if not is_start:

@@ -5,7 +5,7 @@ One query per flow and key, the first of every event: it reads the active instan
 timers other than the one firing (does ending the wait cancel anything?), and, for a start
 event, also a finished instance of the key that handled the message (a redelivered start
 event starts nothing).
-It is written once as SQL (see :mod:`bsft_saga.sql` for why); its columns come back as the
+It is written once as SQL (see :mod:`bsft_saga.db.sql` for why); its columns come back as the
 ORM converts them.
 """
 
@@ -19,7 +19,7 @@ from typing import Any
 
 from django.db import connection
 
-from bsft_saga import sql
+from bsft_saga.db import sql
 from bsft_saga.models import SagaInboxEntry, SagaInstance, SagaTimeout, TimeoutScope
 
 #: The instance columns a plan needs (``handled`` is added by the query).

@@ -7,6 +7,7 @@ over :func:`terminate`.
 from __future__ import annotations
 
 import uuid
+import warnings
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -19,11 +20,11 @@ from bsft_saga.conf import saga_settings
 from bsft_saga.models import SagaInstance
 from bsft_saga.timeouts import store as timer_store
 
-__all__ = ["TerminationResult", "terminate"]
+__all__ = ["TerminationReport", "terminate"]
 
 
 @dataclass(frozen=True)
-class TerminationResult:
+class TerminationReport:
     """What :func:`terminate` did: the ids it completed, and ``(id, reason)`` for the rest,
     both in the order the ids were given."""
 
@@ -33,12 +34,12 @@ class TerminationResult:
 
 def terminate(
     ids: Iterable[uuid.UUID | str], *, reason: str, user: Any = None
-) -> TerminationResult:
-    """Complete each active instance in ``ids`` now, cancelling its pending timers.
+) -> TerminationReport:
+    """Complete each active instance in ``ids`` now, canceling its pending timers.
 
     Each instance is completed in its own transaction, version-checked like a step's
     window: ``is_complete`` and ``completed_at`` set, ``terminated_reason`` stored, every
-    pending timer cancelled (its deadline too), and one audit record
+    pending timer canceled (its deadline too), and one audit record
     (``action="saga.instance.terminated"``, ``user``: the operator, ``None`` from a command)
     written with the configured recorder. Nothing runs: no step body, no ``on_expired``.
 
@@ -54,7 +55,7 @@ def terminate(
     why = reason.strip()
     if not why:
         raise ValueError("terminate(): reason must say why the sagas are terminated")
-    result = TerminationResult()
+    result = TerminationReport()
     for given in dict.fromkeys(str(pk) for pk in ids):
         try:
             pk = uuid.UUID(given)
@@ -121,3 +122,15 @@ def _complete(instance: SagaInstance, reason: str, user: Any) -> bool:
 def _report(saga_type: str, canceled: int) -> None:
     telemetry.count("completed", saga_type)
     telemetry.count("timeout.canceled", saga_type, canceled)
+
+
+def __getattr__(name: str) -> Any:
+    # Deprecated names: every report of bsft_saga is a ``…Report``.
+    if name == "TerminationResult":
+        warnings.warn(
+            "TerminationResult is deprecated; use TerminationReport",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return TerminationReport
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

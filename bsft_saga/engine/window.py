@@ -28,7 +28,8 @@ from typing import Any
 
 from django.db import IntegrityError, transaction
 
-from bsft_saga import outbox, sql, telemetry
+from bsft_saga import outbox, telemetry
+from bsft_saga.db import sql
 from bsft_saga.delivery import staging
 from bsft_saga.engine.context import StepEffects
 from bsft_saga.events.envelope import Envelope

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import uuid
+import warnings
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -18,10 +19,18 @@ class TimerOrigin:
     wakes in its own saga; ``claim_token`` fences a dispatcher that lost its claim.
     """
 
-    timeout_id: int
+    timer_id: int
     saga_id: uuid.UUID
     name: str
     claim_token: uuid.UUID
+
+    @property
+    def timeout_id(self) -> int:
+        """Deprecated: :attr:`timer_id`."""
+        warnings.warn(
+            "TimerOrigin.timeout_id is deprecated; use timer_id", DeprecationWarning, stacklevel=2
+        )
+        return self.timer_id
 
 
 @dataclass(frozen=True)

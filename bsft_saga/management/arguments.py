@@ -25,7 +25,7 @@ from django.core.management.base import CommandError
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
-from bsft_saga.datetimes import storable
+from bsft_saga.db.datetimes import storable
 from bsft_saga.events.codec import unstorable_text
 
 __all__ = [

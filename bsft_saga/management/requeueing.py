@@ -7,7 +7,7 @@ from typing import Any, ClassVar
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from bsft_saga.delivery.requeue import RequeueResult
+from bsft_saga.delivery.requeue import RequeueReport
 
 
 class RequeueCommand(BaseCommand):
@@ -25,7 +25,7 @@ class RequeueCommand(BaseCommand):
     def parse_ids(self, values: Iterable[Any]) -> list[Any]:
         raise NotImplementedError
 
-    def requeue(self, ids: list[Any] | None) -> RequeueResult:
+    def requeue(self, ids: list[Any] | None) -> RequeueReport:
         """Requeue these ids (``None``: every dead letter of the table)."""
         raise NotImplementedError
 

@@ -60,7 +60,7 @@ def erase_saga_data(
 
     With ``include_active`` the active instance of the key goes too: in one transaction it
     is completed (which fences off a step running concurrently: its version check fails)
-    and its pending timers are cancelled, so that no dispatcher fires them any more; then
+    and its pending timers are canceled, so that no dispatcher fires them any more; then
     it is deleted like the others. Without it, the active instance is left alone and
     listed in ``kept_active``.
 

@@ -108,7 +108,7 @@ def purge_timeouts(
     """Delete only timer rows whose ``dispatched_at`` is older than ``now - older_than``.
 
     The timers part of ``purge_saga_data`` (``manage.py purge_saga_timeouts``): fired,
-    missed, cancelled and dead-lettered rows alike, the dead letters kept with
+    missed, canceled and dead-lettered rows alike, the dead letters kept with
     ``keep_dead_lettered``; pending rows are never touched. Returns the number of rows
     deleted (with ``dry_run``: that would be).
     """

@@ -31,7 +31,7 @@ class TimerChannel(Channel[SagaTimeout]):
     delivered_counter = "timeout.fired"
     dead_lettered_counter = "timeout.dead_lettered"
     related = ("saga",)
-    open_where = MappingProxyType({"dispatched_at": None})
+    pending_where = MappingProxyType({"dispatched_at": None})
 
     def all_rows(self) -> SagaTimeoutQuerySet:
         return SagaTimeout.objects.all()
@@ -39,7 +39,7 @@ class TimerChannel(Channel[SagaTimeout]):
     def claimable(self, now: datetime) -> SagaTimeoutQuerySet:
         return SagaTimeout.objects.claimable(now)
 
-    def open_rows(self) -> SagaTimeoutQuerySet:
+    def pending_rows(self) -> SagaTimeoutQuerySet:
         return SagaTimeout.objects.pending()
 
     def delivered_rows(self) -> SagaTimeoutQuerySet:
@@ -74,7 +74,7 @@ class TimerChannel(Channel[SagaTimeout]):
             deadline=row.saga.deadline,
             published_at=clock.now(),
             timer=TimerOrigin(
-                timeout_id=row.pk, saga_id=row.saga_id, name=row.name, claim_token=token
+                timer_id=row.pk, saga_id=row.saga_id, name=row.name, claim_token=token
             ),
         )
 

@@ -6,6 +6,7 @@ The admin action ``fire_now`` on the timer changelist is a thin wrapper over
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -18,7 +19,7 @@ from bsft_saga.audit import FIRED_NOW, record_action
 from bsft_saga.models import SagaTimeout
 from bsft_saga.timeouts.requests import DEADLINE_TIMER_NAME
 
-__all__ = ["DEADLINE_PERMISSION", "FireNowResult", "fire_now"]
+__all__ = ["DEADLINE_PERMISSION", "FireNowReport", "fire_now"]
 
 #: Firing a ``with_deadline`` timer runs the flow's ``on_expired``, which usually ends the
 #: saga: it needs what terminating one needs (the admin's ``terminate_sagas`` permission).
@@ -26,7 +27,7 @@ DEADLINE_PERMISSION = "bsft_saga.terminate_saga"
 
 
 @dataclass(frozen=True)
-class FireNowResult:
+class FireNowReport:
     """What :func:`fire_now` did, in the order the ids came.
 
     - ``due_now``: timers that are due now and held by nobody; the next pass fires them.
@@ -41,7 +42,7 @@ class FireNowResult:
     refused: list[tuple[int, str]] = field(default_factory=list)
 
 
-def fire_now(ids: Iterable[int], *, user: Any = None, now: datetime | None = None) -> FireNowResult:
+def fire_now(ids: Iterable[int], *, user: Any = None, now: datetime | None = None) -> FireNowReport:
     """Make the pending timers in ``ids`` due at ``now``; the next drain pass fires them.
 
     ``due_at`` becomes ``now`` and a waiting retry back-off (``next_attempt_at``) is
@@ -115,8 +116,18 @@ def fire_now(ids: Iterable[int], *, user: Any = None, now: datetime | None = Non
             )
         else:
             due_now += 1
-    return FireNowResult(due_now=due_now, held=held, refused=refused)
+    return FireNowReport(due_now=due_now, held=held, refused=refused)
 
 
 def _may_fire_deadline(user: Any) -> bool:
     return user is None or bool(user.has_perm(DEADLINE_PERMISSION))
+
+
+def __getattr__(name: str) -> Any:
+    # Deprecated names: every report of bsft_saga is a ``…Report``.
+    if name == "FireNowResult":
+        warnings.warn(
+            "FireNowResult is deprecated; use FireNowReport", DeprecationWarning, stacklevel=2
+        )
+        return FireNowReport
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -9,15 +9,16 @@ thin wrappers over this function. Purging retired timers is retention's job
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import Any
 
 from bsft_saga.delivery import requeue
-from bsft_saga.delivery.requeue import RequeueResult
+from bsft_saga.delivery.requeue import RequeueReport
 from bsft_saga.timeouts.channel import TIMERS
 
-__all__ = ["RequeueResult", "requeue_dead_lettered"]
+__all__ = ["RequeueReport", "requeue_dead_lettered"]
 
 
-def requeue_dead_lettered(ids: Iterable[int] | None = None) -> RequeueResult:
+def requeue_dead_lettered(ids: Iterable[int] | None = None, *, user: Any = None) -> RequeueReport:
     """Return dead-lettered timers to the pending set; ``None`` means every dead letter.
 
     A requeued timer is due again at its original ``due_at``, with ``attempts`` 0 and no
@@ -25,6 +26,8 @@ def requeue_dead_lettered(ids: Iterable[int] | None = None) -> RequeueResult:
     is refused, with a reason naming the saga and the timer, when it does not exist, is not
     dead-lettered, belongs to a completed saga, was scheduled for a wait that has ended
     (``scope="step"`` and the saga moved on: it would wake a later step), or when the saga
-    already has a pending timer of the same name. See ``bsft_saga.delivery.requeue``.
+    already has a pending timer of the same name. Each requeue is audited under ``user``
+    (``None``: code or a command). See ``bsft_saga.delivery.requeue``.
     """
-    return requeue.requeue_dead_lettered(TIMERS, None if ids is None else [int(pk) for pk in ids])
+    wanted = None if ids is None else [int(pk) for pk in ids]
+    return requeue.requeue_dead_lettered(TIMERS, wanted, user=user)

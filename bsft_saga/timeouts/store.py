@@ -14,8 +14,8 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
-from bsft_saga import sql
-from bsft_saga.datetimes import storable
+from bsft_saga.db import sql
+from bsft_saga.db.datetimes import storable
 from bsft_saga.models import SagaTimeout, TimeoutOutcome, TimeoutScope
 from bsft_saga.querysets import SagaTimeoutQuerySet
 from bsft_saga.timeouts.requests import (

@@ -79,7 +79,7 @@ class OrderShipped:
     order_id: str
 
 
-@event("orders.cancelled")
+@event("orders.canceled")
 @dataclass(frozen=True)
 class OrderCancelled:
     order_id: str

@@ -114,7 +114,7 @@ def record_payment(ctx: Any, e: PaymentReceived) -> None:
 
 
 def cancel_unpaid_order(ctx: Any, e: PaymentOverdue) -> None:
-    ctx.state.status = "cancelled"
+    ctx.state.status = "canceled"
     ctx.state.cancel_reason = f"no payment within {PAYMENT_WINDOW.days} day"
     # Compensation: give the stock back, and tell whoever cares.
     ctx.publish(ReleaseStock(e.order_id))

@@ -51,7 +51,7 @@ def reserve_stock(sender: type, *, envelope: Envelope, **kwargs: Any) -> None:
 
 
 def release_stock(sender: type, *, envelope: Envelope, **kwargs: Any) -> None:
-    """The warehouse: put a cancelled order's stock back on the shelf."""
+    """The warehouse: put a canceled order's stock back on the shelf."""
     logger.info("warehouse: stock released for order %s", envelope.event.order_id)
 
 

@@ -21,7 +21,7 @@ class StockReserved:
     order_id: str
 
 
-@event("tests.order.cancelled")
+@event("tests.order.canceled")
 @dataclass(frozen=True)
 class OrderCancelled:
     order_id: str

@@ -40,7 +40,7 @@ from tests.testapp.events import (
 class OrderState:
     total: Decimal = Decimal("0")
     reserved: bool = False
-    cancelled: bool = False
+    canceled: bool = False
     big_order: bool = False
     small_order: bool = False
     shipped: bool = False
@@ -57,9 +57,9 @@ def _on_reserved_or_cancelled(
     ctx: SagaContext[OrderState], e: StockReserved | OrderCancelled
 ) -> None:
     ctx.state.reserved = isinstance(e, StockReserved)
-    ctx.state.cancelled = isinstance(e, OrderCancelled)
+    ctx.state.canceled = isinstance(e, OrderCancelled)
     ctx.state.log.append(type(e).__name__)
-    if ctx.state.cancelled:
+    if ctx.state.canceled:
         ctx.mark_complete()
 
 

@@ -14,7 +14,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from bsft_saga import outbox
 from bsft_saga.conf import saga_settings
-from bsft_saga.connections import refresh_idle_connections
+from bsft_saga.db.connections import refresh_idle_connections
 from bsft_saga.draining import drain_pass
 from bsft_saga.management import arguments
 from bsft_saga.timeouts.dispatcher import DrainReport

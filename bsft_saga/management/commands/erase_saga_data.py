@@ -21,7 +21,7 @@ class Command(BaseCommand):
         "Erase saga data of one correlation key (an erasure request): every completed "
         "instance of SAGA_TYPE for KEY, with its inbox rows, timers and outbox rows, "
         "undelivered ones included. The active instance too with --include-active (its "
-        "pending timers are cancelled first). Each erased instance gets one audit record "
+        "pending timers are canceled first). Each erased instance gets one audit record "
         "'saga.instance.erased'. The last line is instances=N."
     )
 
@@ -33,7 +33,7 @@ class Command(BaseCommand):
         parser.add_argument(
             "--include-active",
             action="store_true",
-            help="Also erase the active instance of the key, cancelling its pending timers.",
+            help="Also erase the active instance of the key, canceling its pending timers.",
         )
         parser.add_argument(
             "--dry-run",

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from bsft_saga.delivery.requeue import RequeueResult
+from bsft_saga.delivery.requeue import RequeueReport
 from bsft_saga.management import arguments
 from bsft_saga.management.requeueing import RequeueCommand
 from bsft_saga.timeouts.maintenance import requeue_dead_lettered
@@ -26,5 +26,5 @@ class Command(RequeueCommand):
     def parse_ids(self, values: Iterable[Any]) -> list[Any]:
         return arguments.row_ids("--id", values)
 
-    def requeue(self, ids: list[Any] | None) -> RequeueResult:
+    def requeue(self, ids: list[Any] | None) -> RequeueReport:
         return requeue_dead_lettered(ids)

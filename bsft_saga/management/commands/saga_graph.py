@@ -6,8 +6,8 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
+from bsft_saga.flows.graph import FORMATS, render
 from bsft_saga.flows.registry import flow_registry
-from bsft_saga.graph import FORMATS, render
 
 
 class Command(BaseCommand):

@@ -13,7 +13,7 @@ from bsft_saga.management import arguments
 class Command(BaseCommand):
     help = (
         "Terminate active saga instances: each is completed at once (no step runs), its "
-        "pending timers are cancelled, the reason is stored on SagaInstance.terminated_reason "
+        "pending timers are canceled, the reason is stored on SagaInstance.terminated_reason "
         "and an audit record 'saga.instance.terminated' is written. Instances that are "
         "already complete or do not exist are refused: the others are terminated, the "
         "refused ones are named, and the command then fails (exit status 1)."

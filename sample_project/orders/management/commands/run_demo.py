@@ -269,7 +269,7 @@ class Command(BaseCommand):
         )
         self.stdout.write(
             "Nothing was left for the next beat tick: every timer above fired at its due time "
-            "or was cancelled by its saga. That tick (bsft_saga.tasks.drain_saga_timeouts, "
+            "or was canceled by its saga. That tick (bsft_saga.tasks.drain_saga_timeouts, "
             f"which Celery beat runs every POLL_INTERVAL) reports {report} "
             f"delivered={last_tick['delivered']}"
         )

@@ -105,15 +105,15 @@ def _reason_error(reason: str) -> Any:
 def _report_termination(
     modeladmin: admin.ModelAdmin[Any],
     request: HttpRequest,
-    result: termination.TerminationResult,
+    result: termination.TerminationReport,
 ) -> None:
     count = len(result.terminated)
     if count:
         modeladmin.message_user(
             request,
             ngettext(
-                "%(count)d saga was terminated; its pending timers were cancelled.",
-                "%(count)d sagas were terminated; their pending timers were cancelled.",
+                "%(count)d saga was terminated; its pending timers were canceled.",
+                "%(count)d sagas were terminated; their pending timers were canceled.",
                 count,
             )
             % {"count": count},

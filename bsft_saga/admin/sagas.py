@@ -3,7 +3,7 @@
 Nothing here edits a row: the engine and the dispatcher own every write. The actions call
 services: ``requeue_dead_lettered`` and ``fire_now`` on the timer changelist (both need
 ``bsft_saga.change_sagatimeout``), ``terminate_sagas`` on the instance changelist (needs
-``bsft_saga.terminate_saga``; see :mod:`bsft_saga.admin_operations`).
+``bsft_saga.terminate_saga``; see :mod:`bsft_saga.admin.operations`).
 
 State, payloads and error messages (which can quote payloads) are shown only to users with
 the content permission (``BSFT_SAGA["API"]["READ_CONTENT_PERMISSION"]``, or
@@ -11,8 +11,8 @@ the content permission (``BSFT_SAGA["API"]["READ_CONTENT_PERMISSION"]``, or
 configured: each page view that shows content (an instance, a timer, an outbox row) is
 recorded, like a read through the HTTP API, and with ``AUDIT_RECORDER = None`` no page shows
 any. A changelist URL may carry only the lookups the page itself produces, never one on
-content (``bsft_saga.admin_queries``). A date stored out of range is shown as unreadable,
-not a failed page (``bsft_saga.datetimes``). Requeues and fire-now are audited like
+content (``bsft_saga.admin.queries``). A date stored out of range is shown as unreadable,
+not a failed page (``bsft_saga.db.datetimes``). Requeues and fire-now are audited like
 terminations (``bsft_saga.audit``).
 """
 
@@ -32,13 +32,12 @@ from django.utils.translation import gettext_lazy as _
 from django.utils.translation import ngettext
 
 from bsft_saga import clock, outbox
-from bsft_saga.admin_operations import FireNowAction, TerminateSagasAction, message_refusals
-from bsft_saga.admin_queries import ContentLookupGuardMixin
+from bsft_saga.admin.operations import FireNowAction, TerminateSagasAction, message_refusals
+from bsft_saga.admin.queries import ContentLookupGuardMixin
 from bsft_saga.audit import READ_CONTENT, get_audit_recorder, record_action
 from bsft_saga.conf import saga_settings
-from bsft_saga.datetimes import readable_rows, unreadable_fields
-from bsft_saga.delivery import requeue
-from bsft_saga.delivery.requeue import RequeueResult
+from bsft_saga.db.datetimes import readable_rows, unreadable_fields
+from bsft_saga.delivery.requeue import RequeueReport
 from bsft_saga.models import SagaAuditRecord, SagaInstance, SagaOutboxMessage, SagaTimeout
 from bsft_saga.querysets import (
     OUTBOX_STATUSES,
@@ -48,7 +47,7 @@ from bsft_saga.querysets import (
     SagaOutboxQuerySet,
     SagaTimeoutQuerySet,
 )
-from bsft_saga.timeouts.channel import TIMERS
+from bsft_saga.timeouts import maintenance
 from bsft_saga.timeouts.listing import RETIRED_TIMEOUTS_LISTED, listed_timeouts
 
 CONTENT_PERMISSION_FALLBACK = "bsft_saga.read_saga_content"
@@ -102,7 +101,7 @@ class ReadOnlyAdmin(ContentLookupGuardMixin, NoWritesMixin, admin.ModelAdmin):
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[Any]:
         # A date stored out of range (by an earlier release, or by hand) would fail the
-        # whole page; it is shown as unreadable instead (bsft_saga.datetimes).
+        # whole page; it is shown as unreadable instead (bsft_saga.db.datetimes).
         related = self.list_select_related
         return readable_rows(
             super().get_queryset(request),
@@ -386,7 +385,7 @@ class SagaTimeoutAdmin(FireNowAction, ReadOnlyAdmin):
     def requeue_dead_lettered(self, request: HttpRequest, queryset: QuerySet[Any]) -> None:
         # The service the command calls, with the operator named in each audit record.
         ids = list(queryset.values_list("pk", flat=True))
-        result = requeue.requeue_dead_lettered(TIMERS, ids, user=request.user)
+        result = maintenance.requeue_dead_lettered(ids, user=request.user)
         requeued = ngettext(
             "%(count)d dead-lettered timer was requeued; it fires at the next drain.",
             "%(count)d dead-lettered timers were requeued; they fire at the next drain.",
@@ -401,7 +400,7 @@ class SagaTimeoutAdmin(FireNowAction, ReadOnlyAdmin):
 def report_requeue(
     model_admin: admin.ModelAdmin[Any],
     request: HttpRequest,
-    result: RequeueResult,
+    result: RequeueReport,
     *,
     noun: tuple[str, str],
     requeued: str,
@@ -476,7 +475,7 @@ class SagaOutboxMessageAdmin(ReadOnlyAdmin):
     )
     def requeue_dead_lettered(self, request: HttpRequest, queryset: QuerySet[Any]) -> None:
         ids = list(queryset.values_list("pk", flat=True))
-        result = requeue.requeue_dead_lettered(outbox.OUTBOX, ids, user=request.user)
+        result = outbox.requeue_dead_lettered(ids, user=request.user)
         requeued = ngettext(
             "%(count)d dead-lettered outbox message was requeued; the next drain delivers it.",
             "%(count)d dead-lettered outbox messages were requeued; the next drain delivers them.",

@@ -36,7 +36,7 @@ from django.db.models import Q
 from django.db.models.constants import LOOKUP_SEP
 from django.http import HttpRequest
 
-from bsft_saga.datetimes import readable_q
+from bsft_saga.db.datetimes import readable_q
 from bsft_saga.models import SagaInstance, SagaOutboxMessage, SagaTimeout
 
 if TYPE_CHECKING:
