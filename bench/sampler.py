@@ -71,7 +71,7 @@ class Sampler:
             "t_s": round(t_s, 1),
             "lateness": lateness,
             "claim": self.probe_claim(),
-            "due": status.due_timeouts(),
+            "due": status.due_timers(),
             "lag_s": round(status.lag_seconds(), 3),
             "tables": table_stats(),
             "timer_indexes_bytes": index_sizes(SagaTimeout),

@@ -21,7 +21,7 @@ from bsft_saga.db.datetimes import readable_q
 from bsft_saga.models import SagaInstance, SagaOutboxMessage, SagaTimeout
 from bsft_saga.querysets import SagaTimeoutQuerySet
 
-__all__ = ["SagaStatus", "dead_letters", "due_timeouts", "lag_seconds", "saga_status"]
+__all__ = ["SagaStatus", "dead_letters", "due_timers", "lag_seconds", "saga_status"]
 
 
 @dataclass(frozen=True)
@@ -80,7 +80,7 @@ def saga_status(*, now: datetime | None = None) -> SagaStatus:
     )
 
 
-def due_timeouts(*, now: datetime | None = None) -> int:
+def due_timers(*, now: datetime | None = None) -> int:
     """How many pending timers are due (``saga_status().timeouts_due``)."""
     return _due_timers(now or clock.now()).count()
 

@@ -41,8 +41,10 @@ to the real provider as soon as it is set.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
+import warnings
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from functools import cache
@@ -67,7 +69,7 @@ __all__ = [
     "count_ignored",
     "install_gauges",
     "step_span",
-    "timeout_span",
+    "timer_span",
 ]
 
 logger = logging.getLogger(__name__)
@@ -160,7 +162,7 @@ def install_gauges() -> None:
 
     readings: dict[str, Callable[[], float]] = {
         "bsft.saga.timeout.lag": status.lag_seconds,
-        "bsft.saga.timeout.due": status.due_timeouts,
+        "bsft.saga.timeout.due": status.due_timers,
         "bsft.saga.dead_letters": status.dead_letters,
     }
     for name, read in readings.items():
@@ -248,15 +250,23 @@ def step_span(saga_type: str, *, step_index: int, event_type: str) -> Iterator[S
 
 
 @contextmanager
-def timeout_span(saga_type: str, timeout_name: str) -> Iterator[Span]:
-    """Run the block (dispatching one timer) inside a ``saga.timeout`` span.
+def timer_span(saga_type: str, timer_name: str) -> Iterator[Span]:
+    """Run the block (firing one timer) inside a ``saga.timeout`` span.
 
     The span carries ``saga.type`` and ``saga.timeout.name``; an exception is recorded on
     it, which gets an error status, and is re-raised.
     """
-    attributes = _span_attributes({ATTR_SAGA_TYPE: saga_type, ATTR_TIMEOUT_NAME: timeout_name})
+    attributes = _span_attributes({ATTR_SAGA_TYPE: saga_type, ATTR_TIMEOUT_NAME: timer_name})
     with _span("saga.timeout", attributes) as span:
         yield span
+
+
+def timeout_span(saga_type: str, timeout_name: str) -> contextlib.AbstractContextManager[Span]:
+    """Deprecated: :func:`timer_span`."""
+    warnings.warn(
+        "timeout_span() is deprecated; use timer_span()", DeprecationWarning, stacklevel=2
+    )
+    return timer_span(saga_type, timeout_name)
 
 
 @contextmanager

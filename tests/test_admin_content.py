@@ -16,7 +16,7 @@ from django.test import Client, override_settings
 from bsft_saga import clock
 from bsft_saga.audit import READ_CONTENT
 from bsft_saga.models import SagaAuditRecord, SagaTimeout
-from bsft_saga.timeouts.listing import RETIRED_TIMEOUTS_LISTED
+from bsft_saga.timeouts.listing import RETIRED_TIMERS_LISTED
 from tests.admin_support import (
     CONTENT,
     SECRET,
@@ -226,23 +226,23 @@ def retire_many(saga: Any, count: int) -> list[int]:
 def test_the_instance_page_lists_every_pending_timer_and_the_newest_retired_ones(
     viewer: Client, rows: ContentRows
 ) -> None:
-    retired = retire_many(rows.saga, RETIRED_TIMEOUTS_LISTED + 10)  # dead one: retired too
+    retired = retire_many(rows.saga, RETIRED_TIMERS_LISTED + 10)  # dead one: retired too
 
     page = viewer.get(rows.change_urls()["instance"])
 
     [inline] = page.context["inline_admin_formsets"]
     listed = [form.original.pk for form in inline]
-    newest_retired = [rows.dead.pk, *reversed(retired)][:RETIRED_TIMEOUTS_LISTED]
+    newest_retired = [rows.dead.pk, *reversed(retired)][:RETIRED_TIMERS_LISTED]
     assert listed == [rows.pending.pk, *newest_retired]
-    assert f"{RETIRED_TIMEOUTS_LISTED + 12} timers in all" in page.content.decode()
+    assert f"{RETIRED_TIMERS_LISTED + 12} timers in all" in page.content.decode()
 
 
 def test_the_instance_page_links_to_all_of_its_timers(viewer: Client, rows: ContentRows) -> None:
-    retire_many(rows.saga, RETIRED_TIMEOUTS_LISTED + 10)
+    retire_many(rows.saga, RETIRED_TIMERS_LISTED + 10)
     link = f"{admin_url('sagatimeout', 'changelist')}?saga__id__exact={rows.saga.pk}"
 
     page = viewer.get(rows.change_urls()["instance"])
     everything = viewer.get(link)
 
     assert f'href="{link}"' in page.content.decode()
-    assert everything.context["cl"].result_count == RETIRED_TIMEOUTS_LISTED + 12
+    assert everything.context["cl"].result_count == RETIRED_TIMERS_LISTED + 12

@@ -19,7 +19,7 @@ from rest_framework.test import APIClient
 from bsft_saga.api.serializers import TIMEOUT_FIELDS
 from bsft_saga.audit import READ_CONTENT
 from bsft_saga.models import SagaAuditRecord, SagaInstance, SagaTimeout
-from bsft_saga.timeouts.listing import RETIRED_TIMEOUTS_LISTED
+from bsft_saga.timeouts.listing import RETIRED_TIMERS_LISTED
 from tests.testapp.ops_flows import make_saga, make_timeout
 
 pytestmark = pytest.mark.django_db
@@ -80,7 +80,7 @@ def busy_saga() -> dict[str, Any]:
     saga = make_saga("busy")
     later = make_timeout(saga, "later", due_at=T0 + timedelta(days=2))
     sooner = make_timeout(saga, "sooner", due_at=T0 + timedelta(days=1))
-    retired = retire_many(saga, RETIRED_TIMEOUTS_LISTED + 10)
+    retired = retire_many(saga, RETIRED_TIMERS_LISTED + 10)
     return {"saga": saga, "pending": [sooner.pk, later.pk], "retired": retired}
 
 
@@ -95,9 +95,9 @@ def test_the_detail_lists_every_pending_timer_and_the_50_newest_retired(
     newest_first = list(reversed(busy_saga["retired"]))
     assert [row["id"] for row in body["timeouts"]] == [
         *busy_saga["pending"],
-        *newest_first[:RETIRED_TIMEOUTS_LISTED],
+        *newest_first[:RETIRED_TIMERS_LISTED],
     ]
-    assert body["timeouts_total"] == 2 + RETIRED_TIMEOUTS_LISTED + 10
+    assert body["timeouts_total"] == 2 + RETIRED_TIMERS_LISTED + 10
 
 
 def test_the_detail_of_a_small_instance_lists_all_its_timers(reader: APIClient) -> None:
@@ -113,13 +113,13 @@ def test_the_detail_of_a_small_instance_lists_all_its_timers(reader: APIClient) 
 
 def test_the_detail_lists_pending_timers_beyond_the_cap(reader: APIClient) -> None:
     saga = make_saga("many-pending")
-    for number in range(RETIRED_TIMEOUTS_LISTED + 5):
+    for number in range(RETIRED_TIMERS_LISTED + 5):
         make_timeout(saga, f"t-{number}")
     retire_many(saga, 3)
 
     body = reader.get(detail(saga)).json()
 
-    assert len(body["timeouts"]) == RETIRED_TIMEOUTS_LISTED + 5 + 3
+    assert len(body["timeouts"]) == RETIRED_TIMERS_LISTED + 5 + 3
 
 
 # --- the timer sub-route ----------------------------------------------------------------

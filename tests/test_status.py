@@ -22,7 +22,7 @@ from freezegun import freeze_time
 from rest_framework.test import APIClient
 
 from bsft_saga.models import SagaInstance, SagaOutboxMessage, SagaTimeout, TimeoutOutcome
-from bsft_saga.status import SagaStatus, dead_letters, due_timeouts, lag_seconds, saga_status
+from bsft_saga.status import SagaStatus, dead_letters, due_timers, lag_seconds, saga_status
 from tests.services import require_postgres_backend
 from tests.testapp.ops_flows import make_saga, make_timeout
 
@@ -158,7 +158,7 @@ def test_a_requeued_dead_letter_is_pending_and_no_longer_counted_as_dead() -> No
 
 
 def test_the_single_numbers_agree_with_the_snapshot(every_kind_of_row: None) -> None:
-    assert due_timeouts(now=NOW) == EXPECTED.timeouts_due
+    assert due_timers(now=NOW) == EXPECTED.timeouts_due
     assert lag_seconds(now=NOW) == EXPECTED.lag_seconds
     assert dead_letters() == EXPECTED.dead_letters == 3
 

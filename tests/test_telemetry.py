@@ -17,7 +17,7 @@ from opentelemetry.trace import StatusCode
 
 from bsft_saga import telemetry
 from bsft_saga.correlation import correlation_scope
-from bsft_saga.telemetry import COUNTERS, METER_NAME, TRACER_NAME, count, step_span, timeout_span
+from bsft_saga.telemetry import COUNTERS, METER_NAME, TRACER_NAME, count, step_span, timer_span
 from tests import telemetry_fixtures
 from tests.telemetry_fixtures import Telemetry
 
@@ -184,7 +184,7 @@ def test_spans_carry_the_ambient_correlation_id(otel: Telemetry, saga_type: str)
 def test_timeout_span_records_the_saga_type_and_timeout_name(
     otel: Telemetry, saga_type: str
 ) -> None:
-    with timeout_span(saga_type, "reminder-1"):
+    with timer_span(saga_type, "reminder-1"):
         pass
 
     [finished] = _spans(otel, "saga.timeout", saga_type)
@@ -196,7 +196,7 @@ def test_a_step_run_by_a_timer_is_a_child_of_its_timeout_span(
     otel: Telemetry, saga_type: str
 ) -> None:
     with (
-        timeout_span(saga_type, "reminder-1"),
+        timer_span(saga_type, "reminder-1"),
         step_span(saga_type, step_index=2, event_type="quotes.reminder-due"),
     ):
         pass
@@ -209,7 +209,7 @@ def test_a_step_run_by_a_timer_is_a_child_of_its_timeout_span(
 
 
 def test_timeout_span_records_the_exception_and_reraises(otel: Telemetry, saga_type: str) -> None:
-    with pytest.raises(RuntimeError, match="receiver failed"), timeout_span(saga_type, "t"):
+    with pytest.raises(RuntimeError, match="receiver failed"), timer_span(saga_type, "t"):
         raise RuntimeError("receiver failed")
 
     [finished] = _spans(otel, "saga.timeout", saga_type)
@@ -247,7 +247,7 @@ def test_a_provider_installed_after_first_use_still_receives_measurements_and_sp
         trace.set_tracer_provider(tracer_provider)
 
         telemetry.count("started", "late", amount=5)
-        with telemetry.timeout_span("late", "t"):
+        with telemetry.timer_span("late", "t"):
             pass
 
         values = {
@@ -330,7 +330,7 @@ def test_the_testing_fixture_example_collects_counts_and_spans(tmp_path: Path) -
             def test_counts(otel):
                 reader, exporter = otel
                 telemetry.count("completed", "docs.flow")
-                with telemetry.timeout_span("docs.flow", "reminder"):
+                with telemetry.timer_span("docs.flow", "reminder"):
                     pass
                 names = [
                     metric.name

@@ -48,7 +48,7 @@ from bsft_saga.querysets import (
     SagaTimeoutQuerySet,
 )
 from bsft_saga.timeouts import maintenance
-from bsft_saga.timeouts.listing import RETIRED_TIMEOUTS_LISTED, listed_timeouts
+from bsft_saga.timeouts.listing import RETIRED_TIMERS_LISTED, listed_timers
 
 CONTENT_PERMISSION_FALLBACK = "bsft_saga.read_saga_content"
 
@@ -248,7 +248,7 @@ class SagaInstanceAdmin(TerminateSagasAction, ReadOnlyAdmin):
         kwargs: dict[str, Any] = super().get_formset_kwargs(request, obj, inline, prefix)
         if isinstance(inline, SagaTimeoutInline) and obj is not None and obj.pk is not None:
             # Capped like the HTTP detail: a recurring timer leaves a row per occurrence.
-            kwargs["queryset"] = readable_rows(listed_timeouts(obj))
+            kwargs["queryset"] = readable_rows(listed_timers(obj))
         return kwargs
 
     @admin.display(description=_("timers"))
@@ -264,7 +264,7 @@ class SagaInstanceAdmin(TerminateSagasAction, ReadOnlyAdmin):
                 "%(retired)d most recently retired.",
                 total,
             )
-            % {"total": total, "retired": RETIRED_TIMEOUTS_LISTED},
+            % {"total": total, "retired": RETIRED_TIMERS_LISTED},
             url,
             obj.pk,
             _("All timers of this saga"),
@@ -301,7 +301,7 @@ class DeliveryStatusFilter(admin.SimpleListFilter):
         return rows.in_status(DeliveryStatus(value), clock.now())
 
 
-class TimeoutStatusFilter(DeliveryStatusFilter):
+class TimerStatusFilter(DeliveryStatusFilter):
     """A timer's status, and *due*: every pending timer whose ``due_at`` has passed, the
     ones a claim holds or a retry back-off delays included (``saga_status``'s
     ``timeouts_due``, which the app index links here)."""
@@ -331,7 +331,7 @@ class SagaTimeoutAdmin(FireNowAction, ReadOnlyAdmin):
         "dispatched_at",
         "calendar_key",
     )
-    list_filter = (TimeoutStatusFilter, "event_type", "calendar_key", "scope", "saga__saga_type")
+    list_filter = (TimerStatusFilter, "event_type", "calendar_key", "scope", "saga__saga_type")
     list_select_related = ("saga",)
     search_fields = ("name", "saga__correlation_key", "event_type")
     date_hierarchy = "due_at"

@@ -15,7 +15,7 @@ from rest_framework import serializers
 
 from bsft_saga.db.datetimes import readable_rows, unreadable_fields
 from bsft_saga.models import SagaInstance, SagaTimeout
-from bsft_saga.timeouts.listing import listed_timeouts
+from bsft_saga.timeouts.listing import listed_timers
 
 #: The key that names a row's unreadable datetime fields (only on such a row).
 UNREADABLE_KEY = "unreadable_fields"
@@ -72,7 +72,7 @@ class SagaTimeoutSerializer(ReadableDatetimesMixin, serializers.ModelSerializer[
 class SagaInstanceDetailSerializer(SagaInstanceSerializer):
     """Adds the state (plain JSON, as stored), the instance's timers and their count.
 
-    ``timeouts`` holds every pending timer and the ``RETIRED_TIMEOUTS_LISTED`` newest
+    ``timeouts`` holds every pending timer and the ``RETIRED_TIMERS_LISTED`` newest
     retired ones (``bsft_saga.timeouts.listing``); ``timeouts_total`` counts them all, and
     ``GET instances/<id>/timeouts/`` pages through the rest.
     """
@@ -86,7 +86,7 @@ class SagaInstanceDetailSerializer(SagaInstanceSerializer):
 
     @extend_schema_field(SagaTimeoutSerializer(many=True))
     def get_timeouts(self, instance: SagaInstance) -> Any:
-        return SagaTimeoutSerializer(readable_rows(listed_timeouts(instance)), many=True).data
+        return SagaTimeoutSerializer(readable_rows(listed_timers(instance)), many=True).data
 
     def get_timeouts_total(self, instance: SagaInstance) -> int:
         return instance.timeouts.count()

@@ -82,7 +82,7 @@ def apply_policy(
     if dry_run:
         return _count(policy)
     rows = DeletedRows(
-        timeouts=delete_in_batches(selection.retired_timeouts(policy), batch_size),
+        timeouts=delete_in_batches(selection.retired_timers(policy), batch_size),
         outbox=delete_in_batches(selection.delivered_outbox(policy), batch_size)
         + delete_in_batches(selection.dead_outbox(policy), batch_size),
     )
@@ -113,7 +113,7 @@ def purge_timeouts(
     deleted (with ``dry_run``: that would be).
     """
     check_batch_size(batch_size)
-    rows = selection.retired_timeouts(
+    rows = selection.retired_timers(
         RetentionPolicy.build(
             older_than=older_than,
             keep_dead_lettered=keep_dead_lettered,
@@ -128,7 +128,7 @@ def _count(policy: RetentionPolicy) -> PurgeReport:
     """What a purge under ``policy`` would delete now: each row counted once."""
     instances = selection.finished_instances(policy)
     of_instances = Q(saga_id__in=instances.values("pk"))
-    retired = Q(pk__in=selection.retired_timeouts(policy).values("pk"))
+    retired = Q(pk__in=selection.retired_timers(policy).values("pk"))
     settled = Q(pk__in=selection.delivered_outbox(policy).values("pk")) | Q(
         pk__in=selection.dead_outbox(policy).values("pk")
     )

@@ -26,7 +26,7 @@ LIVE_TIMER = Q(dispatched_at__isnull=True)
 UNDELIVERED = Q(delivered_at__isnull=True, dead_lettered_at__isnull=True)
 
 
-def retired_timeouts(policy: RetentionPolicy) -> SagaTimeoutQuerySet:
+def retired_timers(policy: RetentionPolicy) -> SagaTimeoutQuerySet:
     """Timers of any instance that left the pending set (any outcome) before the cutoff."""
     rows = SagaTimeout.objects.retired_before(policy.cutoff).exclude(LIVE_TIMER)
     if policy.keep_dead_lettered:

@@ -159,7 +159,7 @@ class TimerChannel(Channel[SagaTimeout]):
 
     @contextmanager
     def publishing(self, row: SagaTimeout) -> Iterator[None]:
-        with telemetry.timeout_span(row.saga.saga_type, row.name):
+        with telemetry.timer_span(row.saga.saga_type, row.name):
             yield
 
 

@@ -3,7 +3,7 @@
 A saga with a recurring timer keeps a retired row per occurrence, so "every timer of the
 instance" grows without bound (30,000 rows made an 11 MB HTTP response). Pages that show an
 instance — the HTTP detail and the admin's instance page — list every *pending* timer (the
-ones that still matter) and at most ``RETIRED_TIMEOUTS_LISTED`` of the newest *retired*
+ones that still matter) and at most ``RETIRED_TIMERS_LISTED`` of the newest *retired*
 ones, and say how many there are in all; the full history is paged elsewhere
 (``GET instances/<id>/timeouts/``, the admin's timer list filtered by saga).
 """
@@ -18,10 +18,10 @@ if TYPE_CHECKING:
     from bsft_saga.models import SagaInstance
     from bsft_saga.querysets import SagaTimeoutQuerySet
 
-__all__ = ["LISTING_ORDER", "RETIRED_TIMEOUTS_LISTED", "in_listing_order", "listed_timeouts"]
+__all__ = ["LISTING_ORDER", "RETIRED_TIMERS_LISTED", "in_listing_order", "listed_timers"]
 
 #: The most retired timers an instance page lists next to the pending ones.
-RETIRED_TIMEOUTS_LISTED = 50
+RETIRED_TIMERS_LISTED = 50
 
 #: Pending timers first (``dispatched_at`` is null), soonest due first; then retired ones,
 #: most recently retired first.
@@ -33,8 +33,8 @@ def in_listing_order(timeouts: SagaTimeoutQuerySet) -> SagaTimeoutQuerySet:
     return timeouts.order_by(*LISTING_ORDER)
 
 
-def listed_timeouts(saga: SagaInstance) -> SagaTimeoutQuerySet:
-    """Every pending timer of ``saga`` and its ``RETIRED_TIMEOUTS_LISTED`` newest retired
+def listed_timers(saga: SagaInstance) -> SagaTimeoutQuerySet:
+    """Every pending timer of ``saga`` and its ``RETIRED_TIMERS_LISTED`` newest retired
     ones, in ``LISTING_ORDER``.
 
     Two queries: the newest retired ids first (a plain list, so the result stays a
@@ -45,7 +45,7 @@ def listed_timeouts(saga: SagaInstance) -> SagaTimeoutQuerySet:
     timeouts = SagaTimeout.objects.filter(saga=saga)
     newest_retired = list(
         in_listing_order(timeouts.filter(dispatched_at__isnull=False)).values_list("pk", flat=True)[
-            :RETIRED_TIMEOUTS_LISTED
+            :RETIRED_TIMERS_LISTED
         ]
     )
     listed = Q(dispatched_at__isnull=True) | Q(pk__in=newest_retired)
