@@ -1,7 +1,11 @@
 """Child processes of ``make bench`` (started by bench/children.py, never by hand).
 
-``python -m bench.child drain [--batch-size N] --ready-file F --go-file G``
+``python -m bench.child drain [--batch-size N] [--mail-file M] --ready-file F --go-file G``
     One bsft_saga dispatcher: ``drain_due()`` passes until a pass finds nothing to settle.
+    With ``--mail-file``, a plain receiver of the invoice reminders "mails" each one: it
+    sleeps ``--mail-ms`` (10) and appends a line to the file. With ``--await-leases``, it
+    first waits (untimed) until no live claim is left: the one that takes over from a
+    killed dispatcher.
 ``python -m bench.child handwritten --ready-file F --go-file G``
     The hand-written loop of bench/baselines.py, until no reminder is due.
 ``python -m bench.child poll --rows N --due M [--batch-size N]``
@@ -46,6 +50,9 @@ def main() -> int:
     parser.add_argument("--prefix")
     parser.add_argument("--delay-ms", type=int, nargs=2)
     parser.add_argument("--seed", type=int)
+    parser.add_argument("--mail-file", type=Path)
+    parser.add_argument("--mail-ms", type=float, default=10.0)
+    parser.add_argument("--await-leases", action="store_true")
     args = parser.parse_args()
 
     import django
@@ -68,9 +75,12 @@ def dispatch(args: argparse.Namespace) -> dict[str, Any]:
 
     from bench.baselines import fire_one_by_hand
     from bench.measure import clock
+    from bsft_saga import clock as saga_clock
     from bsft_saga.models import SagaTimeout
     from bsft_saga.timeouts.dispatcher import DrainReport, drain_due
 
+    if args.mail_file:
+        connect_mailer(args.mail_file, args.mail_ms / 1000)
     # The same warm-up for both: a connection, and the ORM's first query behind us.
     connection.ensure_connection()
     SagaTimeout.objects.filter(pk=0).exists()
@@ -78,6 +88,8 @@ def dispatch(args: argparse.Namespace) -> dict[str, Any]:
     args.ready_file.touch()
     while not args.go_file.exists():
         time.sleep(0.001)
+    while args.await_leases and SagaTimeout.objects.claimed(saga_clock.now()).exists():
+        time.sleep(0.05)
 
     started = clock()
     total, passes = DrainReport(), 0
@@ -105,6 +117,29 @@ def dispatch(args: argparse.Namespace) -> dict[str, Any]:
         "current_rss_kb_when_ready": rss_ready[1],
         "pid": os.getpid(),
     }
+
+
+def connect_mailer(path: Path, seconds: float) -> None:
+    """Connect a plain receiver of the invoice reminders that "mails" the customer.
+
+    It takes ``seconds`` (an SMTP round trip), then appends ``<message id> <invoice>`` to
+    ``path`` with one ``write()`` on a file opened for appending: a line written is in the
+    file even if this process is killed right after, as a mail handed to the server is
+    sent. Connected after the engine's receiver, like any receiver of the application.
+    """
+    from bsft_saga.events.registry import event_type_of
+    from bsft_saga.signals import event_published
+    from tests.testapp.dispatch_events import InvoiceReminderDue
+
+    mails = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    reminder = event_type_of(InvoiceReminderDue)
+
+    def mail(sender: type, *, envelope: Any, **kwargs: Any) -> None:
+        if envelope.event_type == reminder:
+            time.sleep(seconds)
+            os.write(mails, f"{envelope.message_id} {envelope.event.invoice_id}\n".encode())
+
+    event_published.connect(mail, dispatch_uid="bench.mail", weak=False)
 
 
 def poll(args: argparse.Namespace) -> int:

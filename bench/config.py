@@ -34,6 +34,7 @@ class Sizes:
     poll_reps: int  # claims timed per poll table per round
     rss_small: int  # due reminders the first RSS dispatcher drains
     rss_large: int  # ... and the second
+    slow_timers: int  # due invoice reminders per slow-receiver run (a 10 ms "mail" each)
 
 
 FULL = Sizes(
@@ -46,6 +47,7 @@ FULL = Sizes(
     poll_reps=200,
     rss_small=10_000,
     rss_large=100_000,
+    slow_timers=1_250,
 )
 
 SMOKE = Sizes(
@@ -58,6 +60,7 @@ SMOKE = Sizes(
     poll_reps=30,
     rss_small=300,
     rss_large=1_500,
+    slow_timers=250,
 )
 
 

@@ -36,6 +36,9 @@ KEYS = (
     "drain_timers_per_s_2p",
     "drain_ratio_vs_handwritten",
     "drain_scaling_2p_vs_1p",
+    "drain_ratio_two_timers_per_saga",
+    "drain_timers_per_s_slow_receivers",
+    "mails_sent_twice_after_kill",
     "poll_ms_10k",
     "poll_ms_1m",
     "poll_ratio_1m_vs_10k",
@@ -72,6 +75,7 @@ def _key(name: str) -> Callable[[dict[str, float]], float]:
 TARGETS = (
     Target("drain_ratio_vs_handwritten", _key("drain_ratio_vs_handwritten"), ">=", 1.5),
     Target("drain_scaling_2p_vs_1p", _key("drain_scaling_2p_vs_1p"), ">=", 1.6),
+    Target("drain_ratio_two_timers_per_saga", _key("drain_ratio_two_timers_per_saga"), ">=", 0.8),
     Target("step_ratio_vs_handwritten", _key("step_ratio_vs_handwritten"), ">=", 1.0),
     Target("poll_ratio_1m_vs_10k", _key("poll_ratio_1m_vs_10k"), "<=", 1.5),
     Target(
@@ -185,6 +189,8 @@ def _cpu_model() -> str:
 
 
 def _number(key: str, value: float) -> str:
+    if key.startswith("mails_"):
+        return f"{value:.0f}"
     if "ratio" in key or "scaling" in key:
         return f"{value:.2f}"
     if key.startswith("poll_ms"):
@@ -254,7 +260,8 @@ def _facts(document: dict[str, Any]) -> list[tuple[str, str]]:
             f"SQLite); {sizes['timers']} reminders per drain run; poll tables of "
             f"{sizes['poll_small']} and {sizes['poll_large']} pending timers, "
             f"{sizes['poll_reps']} claims per table per round; RSS after {sizes['rss_small']} "
-            f"and {sizes['rss_large']} reminders",
+            f"and {sizes['rss_large']} reminders; {sizes['slow_timers']} invoice reminders "
+            "per slow-receiver run",
         ),
     ]
 

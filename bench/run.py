@@ -5,8 +5,9 @@
 
 Writes bench/results/latest.json and the numbers section of docs/performance.md, and
 prints a summary table. What each figure measures and why the comparison is fair is in the
-docstrings of bench/step.py, drain.py and poll.py, and in docs/performance.md; the sizes
-and their environment variables are in bench/config.py and bench/README.md.
+docstrings of bench/step.py, drain.py, slow_receiver.py and poll.py, and in
+docs/performance.md; the sizes and their environment variables are in bench/config.py and
+bench/README.md.
 
 The bench works in its own database (``bsft_saga_bench``, created if missing), empties its
 saga tables before and after, and creates and drops two more for the poll; it never
@@ -37,7 +38,7 @@ def main() -> int:
     django.setup()
     from django.core.management import call_command
 
-    from bench import drain, poll, report, statements, step
+    from bench import drain, poll, report, slow_receiver, statements, step
     from bsft_saga.conf import saga_settings
 
     call_command("migrate", verbosity=0)
@@ -59,6 +60,7 @@ def main() -> int:
             for name, measure in (
                 ("step", lambda: step.run(config)),
                 ("drain", lambda: drain.run(config, workdir)),
+                ("slow_receivers", lambda: slow_receiver.run(config, workdir)),
                 ("poll", lambda: poll.run(config, workdir, batch_size)),
                 ("rss", lambda: drain.run_rss(config, workdir)),
                 ("sqlite_step", lambda: step.run_sqlite(config, workdir)),

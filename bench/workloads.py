@@ -14,20 +14,31 @@ writes, whatever columns the library adds while it is being tuned.
 
 The poll's tables are the same clones, with all but a batch of the timers moved a day or
 more into the future.
+
+Two more backlogs are cloned the same way. **W2**: ``NoticeFlow`` sagas
+(tests/testapp/dispatch_flows.py), each with two due timers, "reminder" and "final-notice",
+fallen due at random instants of the last ten minutes (a saga with two due timers after an
+outage); firing each wakes the next step, which notes its name. **Invoices**:
+``InvoiceFlow`` sagas, each with its due "reminder", whose event wakes the saga and is
+also "mailed" by a plain receiver in the dispatcher child (bench/child.py).
 """
 
 from __future__ import annotations
 
 import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
 from django.db import connection, models
 from django.db.models import Exists, OuterRef
 
-from bsft_saga import clock, publish
+from bsft_saga import SagaFlow, clock, publish
 from bsft_saga.models import SagaInboxEntry, SagaInstance, SagaTimeout, TimeoutOutcome
 from bsft_saga.timeouts.channel import TIMERS
+from tests.testapp.dispatch_events import InvoiceSent, NoticeOpened
+from tests.testapp.dispatch_flows import NOTICE_TIMERS, InvoiceFlow, NoticeFlow
 from tests.testapp.load_events import BenchReminderRequested, CountStarted
 from tests.testapp.load_flows import BenchReminderFlow, CountingFlow
 
@@ -39,7 +50,108 @@ class WorkloadError(AssertionError):
     """The rows are not what the benchmark set out to measure: no number is reported."""
 
 
-# -- workload W -------------------------------------------------------------------------------
+# -- the drain backlogs -----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Backlog:
+    """Sagas just after their start step, each with due timers: what a drain run starts from."""
+
+    flow: type[SagaFlow]
+    start: Callable[[str], Any]  # the start event of the saga keyed so
+    timers_per_saga: int
+    #: What every saga shows once each of its timers fired exactly once (a queryset filter).
+    woken: dict[str, Any]
+    #: The clones' ``due_at`` (an SQL expression over ``t`` and ``k.n``); None: the template's.
+    timer_due_at: str | None = None
+
+    def sagas(self, timers: int) -> int:
+        """How many sagas hold ``timers`` due timers (rounded down to whole sagas)."""
+        return timers // self.timers_per_saga
+
+    def timers(self, timers: int) -> int:
+        """How many due timers a backlog written for ``timers`` holds."""
+        return self.sagas(timers) * self.timers_per_saga
+
+
+#: Workload W: one due timer per saga; firing it counts.
+REMINDERS = Backlog(
+    CountingFlow, CountStarted, 1, woken={"step_index": 2, "version": 2, "state__count": 1}
+)
+#: Workload W2: two timers per saga, fallen due at random instants of the last ten minutes.
+NOTICES = Backlog(
+    NoticeFlow,
+    NoticeOpened,
+    len(NOTICE_TIMERS),
+    woken={"step_index": 3, "version": 3, "state__fired__contains": list(NOTICE_TIMERS)},
+    timer_due_at="t.due_at - random() * interval '10 minutes'",
+)
+#: Invoices whose reminder is due: it wakes the saga, and a receiver of the child mails it.
+INVOICES = Backlog(
+    InvoiceFlow, InvoiceSent, 1, woken={"step_index": 2, "version": 2, "state__reminded": 1}
+)
+
+
+def write(backlog: Backlog, timers: int, *, timer_due_at: str | None = None) -> None:
+    """Write ``backlog`` with ``timers`` due timers (``timer_due_at``: instead of its own).
+
+    One start event is published through the engine and its saga cloned; the template is
+    deleted afterwards. Random instants come from a fixed seed: every run gets the same.
+    """
+    template = publish(backlog.start(TEMPLATE_KEY))
+    saga_id = SagaInboxEntry.objects.get(message_id=template.message_id).saga_id
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT setseed(0.25)")
+    due_at = timer_due_at or backlog.timer_due_at
+    clone_saga(saga_id, backlog.sagas(timers), prefix="w-", timer_due_at=due_at)
+    SagaInstance.objects.filter(pk=saga_id).delete()
+
+
+def check_due(backlog: Backlog, timers: int, *, due: int | None = None) -> None:
+    """Raise ``WorkloadError`` unless ``backlog`` is in place for ``timers``: its sagas,
+    their pending timers, ``due`` (default all) of them claimable now."""
+    n = backlog.timers(timers)
+    sagas = SagaInstance.objects.filter(saga_type=backlog.flow.saga_type).count()
+    pending = SagaTimeout.objects.pending().count()
+    claimable = TIMERS.claimable(clock.now()).count()
+    expected = (backlog.sagas(timers), n, n if due is None else due)
+    if (sagas, pending, claimable) != expected:
+        raise WorkloadError(
+            f"{backlog.flow.__name__} backlog: expected (sagas, pending timers, claimable) = "
+            f"{expected}, found {(sagas, pending, claimable)}"
+        )
+
+
+def check_fired(backlog: Backlog, timers: int) -> None:
+    """Raise ``WorkloadError`` unless every timer of ``backlog`` fired exactly once.
+
+    Run after every drain, the library's and the hand-written one alike: each saga shows
+    ``backlog.woken`` (each of its steps ran once), each timer is fired with its message
+    id in its saga's inbox, and the inbox holds the start and one row per timer, so that a
+    fast run cannot be a run that skipped work.
+    """
+    n, s = backlog.timers(timers), backlog.sagas(timers)
+    sagas = SagaInstance.objects.filter(saga_type=backlog.flow.saga_type)
+    timer_rows = SagaTimeout.objects.filter(saga__saga_type=backlog.flow.saga_type)
+    recorded = SagaInboxEntry.objects.filter(
+        saga_id=OuterRef("saga_id"), message_id=OuterRef("message_id")
+    )
+    found = {
+        "sagas": sagas.count(),
+        "sagas woken once by each timer": sagas.filter(**backlog.woken).count(),
+        "timers fired": timer_rows.filter(outcome=TimeoutOutcome.FIRED, dispatched_at__isnull=False)
+        .filter(Exists(recorded))
+        .count(),
+        "inbox rows": SagaInboxEntry.objects.filter(saga__in=sagas).count(),
+    }
+    expected = {
+        "sagas": s,
+        "sagas woken once by each timer": s,
+        "timers fired": n,
+        "inbox rows": s + n,
+    }
+    if found != expected:
+        raise WorkloadError(f"after the drain: expected {expected}, found {found}")
 
 
 def write_due_reminders(n: int, *, not_due_after: int | None = None) -> None:
@@ -48,16 +160,13 @@ def write_due_reminders(n: int, *, not_due_after: int | None = None) -> None:
     ``not_due_after=k``: only the first ``k`` timers (in claim order) are due; the others
     become due a day from now and later, one a second (the poll's table).
     """
-    template = publish(CountStarted(TEMPLATE_KEY))
-    saga_id = SagaInboxEntry.objects.get(message_id=template.message_id).saga_id
     due_at = None
     if not_due_after is not None:
         due_at = (
             f"CASE WHEN k.n <= {int(not_due_after)} THEN t.due_at "
             "ELSE t.due_at + interval '1 day' + k.n * interval '1 second' END"
         )
-    clone_saga(saga_id, n, prefix="w-", timer_due_at=due_at)
-    SagaInstance.objects.filter(pk=saga_id).delete()
+    write(REMINDERS, n, timer_due_at=due_at)
 
 
 def clone_saga(saga_id: uuid.UUID, n: int, *, prefix: str, timer_due_at: str | None) -> None:
@@ -124,40 +233,13 @@ def _copy_expressions(
 def check_due_reminders(n: int, *, due: int | None = None) -> None:
     """Raise ``WorkloadError`` unless W is in place: ``n`` sagas, ``due`` (default all) of
     their timers claimable now."""
-    sagas = SagaInstance.objects.filter(saga_type=CountingFlow.saga_type).count()
-    pending = SagaTimeout.objects.pending().count()
-    claimable = TIMERS.claimable(clock.now()).count()
-    expected = (n, n, n if due is None else due)
-    if (sagas, pending, claimable) != expected:
-        raise WorkloadError(
-            f"workload W: expected (sagas, pending timers, claimable) = {expected}, "
-            f"found {(sagas, pending, claimable)}"
-        )
+    check_due(REMINDERS, n, due=due)
 
 
 def check_reminders_fired(n: int) -> None:
-    """Raise ``WorkloadError`` unless each of the ``n`` sagas of W was woken exactly once.
-
-    Run after every drain, the library's and the hand-written one alike: both must leave
-    the same rows (count 1, step 2, version 2, the timer fired, its message id in the
-    saga's inbox), so that a fast run cannot be a run that skipped work.
-    """
-    sagas = SagaInstance.objects.filter(saga_type=CountingFlow.saga_type)
-    timers = SagaTimeout.objects.filter(saga__saga_type=CountingFlow.saga_type)
-    recorded = SagaInboxEntry.objects.filter(
-        saga_id=OuterRef("saga_id"), message_id=OuterRef("message_id")
-    )
-    found = {
-        "sagas": sagas.count(),
-        "sagas counted once": sagas.filter(step_index=2, version=2, state__count=1).count(),
-        "timers fired": timers.filter(outcome=TimeoutOutcome.FIRED, dispatched_at__isnull=False)
-        .filter(Exists(recorded))
-        .count(),
-        "inbox rows": SagaInboxEntry.objects.filter(saga__in=sagas).count(),
-    }
-    expected = {"sagas": n, "sagas counted once": n, "timers fired": n, "inbox rows": 2 * n}
-    if found != expected:
-        raise WorkloadError(f"after the drain: expected {expected}, found {found}")
+    """Raise ``WorkloadError`` unless each of the ``n`` sagas of W was woken exactly once
+    (count 1, step 2, version 2, the timer fired, its message id in the saga's inbox)."""
+    check_fired(REMINDERS, n)
 
 
 # -- the step benchmark -----------------------------------------------------------------------
