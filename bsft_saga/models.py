@@ -1,7 +1,9 @@
 """Saga rows: instances, their inbox, outbox and timers.
 
-Rows and query vocabulary only; every write is made by the engine's persistence window
-or the timer dispatcher, never by ``save()`` side effects.
+Rows and query vocabulary only: no validation or side effect hides in ``save()``. The
+services write them — the engine's persistence window, the delivery passes, and the
+operators' services (terminate, fire now, requeue, purge, erase), each through its own
+module — never a model method.
 """
 
 from __future__ import annotations
