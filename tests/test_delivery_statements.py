@@ -20,6 +20,8 @@ from bsft_saga import publish
 from bsft_saga.delivery import passes
 from bsft_saga.models import SagaInstance
 from bsft_saga.timeouts import drain_due
+from tests.testapp.dispatch_events import NoticeOpened
+from tests.testapp.dispatch_flows import NOTICE_TIMERS, NoticeFlow
 from tests.testapp.load_events import CountStarted
 from tests.testapp.load_flows import CountingFlow
 
@@ -84,6 +86,24 @@ def test_a_pass_commits_what_it_fired_once_its_commit_interval_has_passed(
 
     # The claim, then one group per timer: none waits uncommitted behind another's receivers.
     assert _statements(captured.captured_queries, "COMMIT") == 1 + 3
+
+
+@pytest.mark.usefixtures("one_group")
+def test_two_timers_of_each_saga_due_together_cost_two_commit_groups_not_one_per_saga() -> None:
+    run = uuid.uuid4().hex[:6]
+    for i in range(5):
+        publish(NoticeOpened(f"notice-{run}-{i}"))
+
+    with CaptureQueriesContext(connection) as captured:
+        assert drain_due().fired == 10
+
+    # Each saga's second timer waits for its first one's commit; the other sagas' first
+    # timers go first meanwhile: the claim, then one group of first timers, one of second.
+    assert _statements(captured.captured_queries, "COMMIT") == 1 + 2
+    fired = SagaInstance.objects.filter(saga_type=NoticeFlow.saga_type).values_list(
+        "state__fired", flat=True
+    )
+    assert sorted(map(sorted, fired)) == [sorted(NOTICE_TIMERS)] * 5
 
 
 #: What a new instance writes: the instance, its inbox row and its timer. On PostgreSQL one

@@ -212,6 +212,7 @@ class _Pass(Generic[R]):
 
     def _deliver_queue(self) -> None:
         while self.queue:
+            self._put_a_free_row_first()
             row = self.queue[0]
             if self.group.holds_saga(self.channel.saga_of(row)) or self._interval_over():
                 self._commit()
@@ -223,6 +224,25 @@ class _Pass(Generic[R]):
             self._deliver(row)
             if self.nested or self._interval_over():
                 self._commit()
+
+    def _put_a_free_row_first(self) -> None:
+        """Deliver first the earliest row whose saga has no writes waiting in the group.
+
+        A saga's next row must be planned against its committed state, so reaching it means
+        a commit; when a saga's timers are due together (the reminder and the final notice
+        of one saga, side by side in the queue), that would be a commit every other row.
+        Rows of other sagas go first instead, and the commit comes when no queued row is
+        free (or the interval is over). Each saga's own rows keep their order: the row
+        moved forward is the first of its saga in the queue.
+        """
+        group, saga_of = self.group, self.channel.saga_of
+        if not group or not group.holds_saga(saga_of(self.queue[0])):
+            return
+        for index, row in enumerate(self.queue):
+            if not group.holds_saga(saga_of(row)):
+                del self.queue[index]
+                self.queue.appendleft(row)
+                return
 
     def _interval_over(self) -> bool:
         started = self.group_started
