@@ -20,9 +20,10 @@ PG_USER ?= postgres
 PG_DATABASE_URL := postgres://$(PG_USER)@$(PG_HOST):$(PG_PORT)/bsft_saga
 # Run a second time through PgBouncer in transaction mode: the dispatcher's concurrency and
 # failover tests, and the test that proves the connections really go through it.
-PGBOUNCER_TESTS := tests/test_pgbouncer.py tests/test_failover.py tests/test_timeouts_load.py \
-	tests/test_dispatch_transactions.py tests/test_timeouts_faults.py \
-	tests/test_engine_concurrency.py tests/test_abandoned_claims.py
+PGBOUNCER_TESTS := tests/processes/test_pgbouncer.py tests/processes/test_failover.py tests/processes/test_timeouts_load.py \
+	tests/delivery/test_dispatch_transactions.py tests/processes/test_timeouts_faults.py \
+	tests/engine/test_engine_concurrency.py tests/delivery/test_abandoned_claims.py \
+	tests/processes/test_dispatch_contention.py
 
 DEMO_DB := $(CURDIR)/sample_project/demo.sqlite3
 DEMO_DATABASE_URL := sqlite:///$(DEMO_DB)
@@ -87,7 +88,7 @@ test-postgres: venv
 	    echo "SKIPPED: PostgreSQL run — not reachable at $(PG_HOST):$(PG_PORT) (user $(PG_USER)); start it and run 'make test-postgres'"; \
 	fi
 
-# Starts its own PgBouncer (tests/pgbouncer.py) on a free port in front of PG_HOST:PG_PORT.
+# Starts its own PgBouncer (tests/support/pgbouncer.py) on a free port in front of PG_HOST:PG_PORT.
 # Outside CI a missing pgbouncer or PostgreSQL is reported and skipped; under CI=true it fails.
 test-pgbouncer: venv
 	@pgbouncer=$$(PATH="$$PATH:/usr/sbin" command -v pgbouncer || true); \
@@ -96,7 +97,7 @@ test-pgbouncer: venv
 	elif ! $(PY) -c "$$PG_CHECK"; then \
 	    reason="PostgreSQL not reachable at $(PG_HOST):$(PG_PORT) (user $(PG_USER))"; \
 	else \
-	    exec $(PY) -m tests.pgbouncer --pgbouncer "$$pgbouncer" --server-host $(PG_HOST) \
+	    exec $(PY) -m tests.support.pgbouncer --pgbouncer "$$pgbouncer" --server-host $(PG_HOST) \
 	        --server-port $(PG_PORT) --user $(PG_USER) $(PYTEST_ARGS) $(PGBOUNCER_TESTS); \
 	fi; \
 	if [ "$${CI:-}" = "true" ]; then \

@@ -151,7 +151,7 @@ def _seed(instances: int, inbox_per_instance: int) -> dict[str, object]:
     from django.db import connection
 
     from bsft_saga.models import SagaInstance, SagaOutboxMessage, SagaTimeout
-    from tests.retention_rows import outbox_row, saga
+    from tests.support.retention_rows import outbox_row, saga
     from tests.testapp.ops_flows import make_timeout
 
     instance_table = SagaInstance._meta.db_table

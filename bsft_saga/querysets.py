@@ -93,7 +93,10 @@ class DeliveryQuerySet(models.QuerySet[M]):
     def claimable(self: Q_, now: datetime) -> Q_:
         """Pending rows a pass may claim at ``now``: ready, past any back-off, held by nobody."""
         return (
-            self.pending().in_ready_order().filter(ready_at__lte=now).exclude(claimed_until__gte=now)
+            self.pending()
+            .in_ready_order()
+            .filter(ready_at__lte=now)
+            .exclude(claimed_until__gte=now)
         )
 
     def retrying(self: Q_, now: datetime) -> Q_:
@@ -118,7 +121,8 @@ class DeliveryQuerySet(models.QuerySet[M]):
 
     def in_status(self: Q_, status: DeliveryStatus, now: datetime) -> Q_:
         """The rows in ``status`` at ``now``: the SQL twin of :func:`timer_status` and
-        :func:`outbox_status` (``tests/test_delivery_status.py`` holds the two together)."""
+        :func:`outbox_status` (``tests/delivery/test_delivery_status.py`` holds the two
+        together)."""
         if status == DeliveryStatus.WAITING:
             return self.waiting(now)
         if status == DeliveryStatus.READY:

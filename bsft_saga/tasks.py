@@ -28,7 +28,7 @@ DRAIN_TASK = "bsft_saga.tasks.drain_saga_timeouts"
 # a SIGKILLed worker delays a delivery rather than losing it. Running either twice is safe:
 # every row is claimed before it is delivered. A rerun within CLAIM_LEASE of a run that died
 # holding claims leaves those rows; the drain delivers them once the lease has run out
-# (docs/celery.md, "When a worker dies"; tests/test_celery_faults.py).
+# (docs/celery.md, "When a worker dies"; tests/processes/test_celery_faults.py).
 
 # After a pass lost its database connection, wait this long before the next try.
 RECONNECT_PAUSE = 0.5

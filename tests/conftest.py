@@ -1,4 +1,4 @@
-"""Suite-wide fixtures. Service checks live in tests/services.py."""
+"""Suite-wide fixtures. Service checks live in tests/support/services.py."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ import tests.celery_app  # noqa: F401  (the default Celery app of the test proce
 
 ROOT = Path(__file__).resolve().parent.parent
 
-pytest_plugins = ["tests.timer_fixtures", "tests.celery_workers"]
+pytest_plugins = ["tests.support.timer_fixtures", "tests.support.celery_workers"]
 
 settings.register_profile(
     "default", deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]

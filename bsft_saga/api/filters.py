@@ -1,7 +1,7 @@
 """Query filters of the instance list.
 
 Every value either filters or is a 400 naming its parameter; none reaches the database in a
-form it refuses (``tests/test_hostile_queries.py`` walks them).
+form it refuses (``tests/admin/test_hostile_queries.py`` walks them).
 """
 
 from __future__ import annotations

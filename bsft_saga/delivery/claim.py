@@ -190,9 +190,7 @@ def _sort_out(rows: list[R], max_attempts: int) -> tuple[list[R], list[R]]:
     or one whose delivery lost its pass's connection.
     """
     given_up = [r for r in rows if _abandoned(r) and r.attempts + 1 >= max_attempts]
-    suspects = [
-        r for r in rows if (_abandoned(r) or _took_its_pass_down(r)) and r not in given_up
-    ]
+    suspects = [r for r in rows if (_abandoned(r) or _took_its_pass_down(r)) and r not in given_up]
     if suspects:
         return suspects[:1], given_up
     return [r for r in rows if not _abandoned(r)], given_up

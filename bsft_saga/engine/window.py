@@ -6,7 +6,7 @@ instance, the inbox row, the timer writes and the outbox rows. Either all of the
 or none does. Outbox delivery and telemetry are registered with ``on_commit``.
 
 Where the window is written depends on who delivers the event, so that the hot paths pay
-no more statements than they must (``tests/test_delivery_statements.py``):
+no more statements than they must (``tests/delivery/test_delivery_statements.py``):
 
 - an event a pass delivers (a timer, an outbox row): the window is *staged* with that pass
   (:mod:`bsft_saga.delivery.staging`), which writes it in a savepoint of its next group

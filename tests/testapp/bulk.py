@@ -30,7 +30,7 @@ def bulk_start_counters(keys: list[str], now: datetime) -> None:
     PostgreSQL), so the backlog is inserted directly: per key, the instance after its start
     step (version 1, step_index 1, state as the codec writes it), the start event's inbox
     row, and the wake-up timer exactly as ``timeouts.store.schedule`` writes it, due now.
-    ``tests/test_timeouts_load.py::test_bulk_rows_have_the_shape_the_engine_writes`` pins
+    ``tests/processes/test_timeouts_load.py::test_bulk_rows_have_the_shape_the_engine_writes`` pins
     that equivalence.
     """
     _bulk_started(
@@ -56,7 +56,7 @@ def bulk_open_notices(due_at: Mapping[str, tuple[datetime, datetime]], now: date
     ``due_at``, in bulk, except when its two timers are due: ``due_at[key]`` gives the
     instants of "reminder" and "final-notice" (the engine's are due at ``now``).
 
-    The rows of a saga with two due timers after an outage. ``tests/test_bulk_rows.py``
+    The rows of a saga with two due timers after an outage. ``tests/processes/test_bulk_rows.py``
     pins the equivalence with the engine's rows.
     """
     _bulk_started(
@@ -79,7 +79,8 @@ def bulk_open_notices(due_at: Mapping[str, tuple[datetime, datetime]], now: date
 def bulk_ask_questions(keys: list[str], expire_at: datetime, now: datetime) -> None:
     """Write what publishing ``QuestionAsked(key, expire_after_seconds=s)`` at ``now``
     writes, for every key, in bulk, with ``s`` such that every "expiry" is due at
-    ``expire_at``. ``tests/test_bulk_rows.py`` pins the equivalence with the engine's rows.
+    ``expire_at``. ``tests/processes/test_bulk_rows.py`` pins the equivalence with the
+    engine's rows.
     """
     _bulk_started(
         QuestionFlow,

@@ -1,12 +1,13 @@
 """The test settings with MariaDB (through PyMySQL) as the default database: for the check
-that refuses a backend without partial unique constraints (tests/test_unsupported_databases.py).
+that refuses a backend without partial unique constraints
+(tests/processes/test_unsupported_databases.py).
 """
 
 import os
 
 import pymysql
 
-from tests.services import MARIADB_HOST, MARIADB_PORT, MARIADB_USER
+from tests.support.services import MARIADB_HOST, MARIADB_PORT, MARIADB_USER
 
 pymysql.install_as_MySQLdb()
 

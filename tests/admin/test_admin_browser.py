@@ -1,0 +1,226 @@
+"""The admin in a real browser: headless Chromium, driven by Playwright, against a live server.
+
+A view-only operator (every view permission and the requeue action, not the content
+permission) and a content reader log in through the login form, open every changelist and
+change page, and the operator runs the requeue action. What each sees and what stays hidden
+is asserted on the rendered page; every view of content must have been audited.
+
+The browser is the system's Chromium (Debian's ``chromium`` package), never one Playwright
+downloads. Without it, or without the ``playwright`` package, the tests skip with the reason;
+under ``CI=true`` that is a failure (tests/support/services.py), since CI installs both.
+
+Screenshots of the instance page go to a temporary directory; set
+``BSFT_SAGA_SCREENSHOT_DIR=docs/images`` to refresh the ones docs/operations.md shows.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from bsft_saga.models import SagaAuditRecord, SagaTimeout
+from tests.support.admin import (
+    CONTENT,
+    SECRET,
+    VIEW_ALL,
+    ContentRows,
+    admin_url,
+    make_content_rows,
+    staff_user,
+)
+from tests.support.services import in_ci
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+CHROMIUM_CANDIDATES = ("/usr/bin/chromium", "/usr/bin/chromium-browser")
+LAUNCH_FLAGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+PASSWORD = "pw"
+
+
+def _unavailable(reason: str) -> None:
+    if in_ci():
+        pytest.fail(f"{reason}; CI requires it (.ci/run installs Debian's chromium)", pytrace=False)
+    pytest.skip(f"{reason}; install it (apt-get install chromium) or set CI=true to fail")
+
+
+def chromium_path() -> str | None:
+    configured = os.environ.get("BSFT_SAGA_CHROMIUM")
+    candidates = (configured,) if configured else CHROMIUM_CANDIDATES
+    for candidate in candidates:
+        if candidate and (Path(candidate).is_file() or shutil.which(candidate)):
+            return candidate
+    return None
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    """One headless Chromium for the module, with a fresh profile."""
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError as exc:
+        _unavailable(f"the playwright package is not installed ({exc})")
+    executable = chromium_path()
+    if executable is None:
+        _unavailable(f"no Chromium at {', '.join(CHROMIUM_CANDIDATES)} (or BSFT_SAGA_CHROMIUM)")
+    # Playwright's sync API keeps an asyncio loop in the test thread (inside a greenlet);
+    # Django would take that for async code and refuse the tests' ORM calls.
+    previous = os.environ.get("DJANGO_ALLOW_ASYNC_UNSAFE")
+    os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = "true"
+    with sync_playwright() as playwright, tempfile.TemporaryDirectory() as profile:
+        context = playwright.chromium.launch_persistent_context(
+            profile, executable_path=executable, headless=True, args=LAUNCH_FLAGS
+        )
+        context.set_default_timeout(10_000)  # a missing element fails fast, not after 30 s
+        try:
+            yield context
+        finally:
+            context.close()
+            if previous is None:
+                del os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"]
+            else:
+                os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = previous
+
+
+@pytest.fixture
+def screenshots(tmp_path: Path) -> Path:
+    configured = os.environ.get("BSFT_SAGA_SCREENSHOT_DIR")
+    return Path(configured) if configured else tmp_path
+
+
+@pytest.fixture
+def rows() -> ContentRows:
+    return make_content_rows("quote-17")
+
+
+class AdminSession:
+    """One logged-in user in its own page; ``open`` asserts the page rendered."""
+
+    def __init__(self, browser: Any, base_url: str, username: str) -> None:
+        browser.clear_cookies()
+        self.page = browser.new_page()
+        self.base_url = base_url
+        self.page.goto(f"{base_url}/admin/login/?next=/admin/")
+        self.page.fill("#id_username", username)
+        self.page.fill("#id_password", PASSWORD)
+        self.page.click("input[type=submit]")
+        # click() returns once the next page's navigation has begun, not once it has loaded.
+        self.page.wait_for_load_state("load")
+        assert self.page.locator("#user-tools").is_visible(), self.page.content()
+
+    def open(self, path: str) -> str:
+        response = self.page.goto(self.base_url + path)
+        assert response is not None, path
+        assert response.status == 200, path
+        return str(self.page.inner_text("#content"))
+
+    def close(self) -> None:
+        self.page.close()
+
+
+@pytest.fixture
+def operator(browser: Any, live_server: Any) -> Iterator[AdminSession]:
+    """View-only for content: every view permission and the requeue action."""
+    staff_user("operator", *VIEW_ALL, "change_sagatimeout")
+    session = AdminSession(browser, live_server.url, "operator")
+    yield session
+    session.close()
+
+
+@pytest.fixture
+def reader(browser: Any, live_server: Any) -> Iterator[AdminSession]:
+    staff_user("reader", *VIEW_ALL, CONTENT)
+    session = AdminSession(browser, live_server.url, "reader")
+    yield session
+    session.close()
+
+
+# The form rows of the content fields on a change page.
+CONTENT_ROWS = ", ".join(
+    f".field-{name}" for name in ("state_json", "payload_json", "last_error", "dead_letter_reason")
+)
+
+CHANGELISTS = {
+    "sagainstance": "quote-17",
+    "sagatimeout": "dead",
+    "sagaoutboxmessage": "tests.ops.noted",
+    "sagaauditrecord": "",
+}
+
+
+def test_the_operator_sees_every_list_and_page_without_content(
+    rows: ContentRows, operator: AdminSession, screenshots: Path
+) -> None:
+    for model, marker in CHANGELISTS.items():
+        text = operator.open(admin_url(model, "changelist"))
+        assert marker in text
+        assert SECRET not in operator.page.content()
+
+    for name, url in rows.change_urls().items():
+        operator.open(url)
+        assert SECRET not in operator.page.content(), name
+        assert operator.page.locator(CONTENT_ROWS).count() == 0, name
+
+    text = operator.open(rows.change_urls()["instance"])
+    assert "dead" in text  # the timer inline is metadata
+    assert "pending" in text
+    assert "All timers of this saga" in text
+    operator.page.screenshot(path=str(screenshots / "admin-instance-operator.png"), full_page=True)
+    assert not SagaAuditRecord.objects.exists()
+
+
+def test_the_content_reader_sees_state_payloads_and_errors_each_view_audited(
+    rows: ContentRows, reader: AdminSession, screenshots: Path
+) -> None:
+    for model in CHANGELISTS:
+        reader.open(admin_url(model, "changelist"))
+        assert SECRET not in reader.page.content()
+    assert not SagaAuditRecord.objects.exists()
+
+    for name, url in rows.change_urls().items():
+        reader.open(url)
+        assert SECRET in reader.page.content(), name
+        assert reader.page.locator(CONTENT_ROWS).count() >= 1, name
+
+    reader.open(rows.change_urls()["instance"])
+    assert reader.page.locator("pre", has_text=SECRET).is_visible()
+    reader.page.screenshot(path=str(screenshots / "admin-instance-reader.png"), full_page=True)
+    records = SagaAuditRecord.objects.filter(username="reader")
+    assert records.count() == len(rows.change_urls()) + 1
+    assert set(records.values_list("instance_id", flat=True)) == {rows.saga.pk, None}
+
+
+def test_the_operator_requeues_a_dead_letter_from_the_timer_list(
+    rows: ContentRows, operator: AdminSession
+) -> None:
+    operator.open(admin_url("sagatimeout", "changelist") + "?outcome=dead_lettered")
+    operator.page.check(f"input[name=_selected_action][value='{rows.dead.pk}']")
+    operator.page.select_option("select[name=action]", "requeue_dead_lettered")
+    operator.page.click("button[name=index]")
+
+    message = operator.page.locator("ul.messagelist li.success")
+    assert "1 dead-lettered timer was requeued" in message.inner_text()
+    requeued = SagaTimeout.objects.get(pk=rows.dead.pk)
+    assert (requeued.outcome, requeued.dispatched_at, requeued.attempts) == (None, None, 0)
+
+
+def test_the_content_reader_is_not_offered_the_requeue_action(
+    rows: ContentRows, reader: AdminSession
+) -> None:
+    reader.open(admin_url("sagatimeout", "changelist"))
+
+    assert reader.page.locator("select[name=action]").count() == 0

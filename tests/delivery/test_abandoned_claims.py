@@ -1,0 +1,164 @@
+"""A claim whose pass never finished counts as an attempt.
+
+A pass killed while delivering (a receiver that segfaults, the OOM killer) leaves its rows
+claimed until the lease runs out; nothing records a failure. The row that killed it may kill
+the next pass too, so claiming such a row again counts an attempt (``ClaimAbandoned``), takes
+it alone, and dead-letters it at ``MAX_DISPATCH_ATTEMPTS``: it is neither retried forever nor
+able to take its batch-mates down with it again. The real-process version of this is in
+``test_timeouts_faults.py`` (a receiver that SIGKILLs every dispatcher that fires it).
+"""
+
+from __future__ import annotations
+
+import uuid
+from datetime import timedelta
+from typing import Any
+
+import pytest
+from django.test import override_settings
+from django.utils import timezone
+from freezegun.api import FrozenDateTimeFactory
+
+from bsft_saga import publish
+from bsft_saga.conf import saga_settings
+from bsft_saga.delivery.channel import Channel
+from bsft_saga.delivery.claim import ABANDONED, claim
+from bsft_saga.models import SagaInstance, SagaOutboxMessage, SagaTimeout, TimeoutOutcome
+from bsft_saga.outbox import OUTBOX, deliver_pending
+from bsft_saga.timeouts import DrainReport, drain_due
+from bsft_saga.timeouts.channel import TIMERS
+from bsft_saga.timeouts.maintenance import requeue_dead_lettered
+from tests.support import telemetry as telemetry_fixtures
+from tests.testapp.engine_events import Unrouted
+from tests.testapp.load_events import CountStarted, CountWake
+from tests.testapp.load_flows import CountingFlow
+
+pytestmark = pytest.mark.django_db
+
+
+def _abandon(channel: Channel[Any]) -> None:
+    """Claim every ready row of ``channel`` for a pass that then dies without a word."""
+    lease = saga_settings.timeouts.claim_lease
+    claim(channel, limit=100, token=uuid.uuid4(), now=timezone.now(), lease=lease)
+
+
+def _past_the_lease(frozen: FrozenDateTimeFactory) -> None:
+    frozen.tick(saga_settings.timeouts.claim_lease + timedelta(seconds=1))
+
+
+def _start_counters(n: int) -> list[str]:
+    keys = [f"abandoned-{i}" for i in range(n)]
+    for key in keys:
+        publish(CountStarted(key))
+    return keys
+
+
+def _counts(keys: list[str]) -> list[int]:
+    sagas = SagaInstance.objects.filter(saga_type=CountingFlow.saga_type)
+    return [sagas.get(correlation_key=key).state["count"] for key in keys]
+
+
+def test_the_rows_of_an_abandoned_batch_are_fired_one_per_pass_each_counting_the_lost_attempt(
+    clock: FrozenDateTimeFactory,
+) -> None:
+    keys = _start_counters(3)
+    _abandon(TIMERS)
+    _past_the_lease(clock)
+
+    reports = [drain_due() for _ in range(4)]
+
+    assert reports == [DrainReport(fired=1)] * 3 + [DrainReport()]
+    assert _counts(keys) == [1, 1, 1]
+    timers = SagaTimeout.objects.filter(saga__saga_type=CountingFlow.saga_type)
+    assert {(t.outcome, t.attempts, t.last_error) for t in timers} == {
+        (TimeoutOutcome.FIRED, 1, ABANDONED)
+    }
+
+
+def test_rows_nobody_abandoned_wait_while_an_abandoned_row_is_fired_alone(
+    clock: FrozenDateTimeFactory,
+) -> None:
+    [abandoned] = _start_counters(1)
+    _abandon(TIMERS)
+    _past_the_lease(clock)
+    fresh = [f"fresh-{i}" for i in range(2)]
+    for key in fresh:
+        publish(CountStarted(key))
+
+    assert drain_due() == DrainReport(fired=1)
+    assert _counts([abandoned, *fresh]) == [1, 0, 0]
+    assert drain_due() == DrainReport(fired=2)  # the next pass is a batch again
+    untouched = SagaTimeout.objects.filter(saga__correlation_key__in=fresh)
+    assert {(t.attempts, t.last_error) for t in untouched} == {(0, "")}
+
+
+def test_a_row_whose_claims_keep_running_out_is_dead_lettered_unpublished_and_counted(
+    clock: FrozenDateTimeFactory,
+) -> None:
+    otel = telemetry_fixtures.install()
+    attributes = {"saga.type": CountingFlow.saga_type}
+    before = otel.counter_value("bsft.saga.timeout.dead_lettered", **attributes)
+    [key] = _start_counters(1)
+    with override_settings(BSFT_SAGA={"TIMEOUTS": {"MAX_DISPATCH_ATTEMPTS": 3}}):
+        for _ in range(3):  # three passes die on it; each later claim counted one attempt
+            _abandon(TIMERS)
+            _past_the_lease(clock)
+        timer = SagaTimeout.objects.get(saga__correlation_key=key)
+        assert (timer.attempts, timer.is_pending) == (2, True)
+
+        report = drain_due()  # counting the third death reaches the limit: given up
+
+    assert report == DrainReport(dead_lettered=1)
+    timer.refresh_from_db()
+    assert (timer.outcome, timer.attempts, timer.last_error) == (
+        TimeoutOutcome.DEAD_LETTERED,
+        3,
+        ABANDONED,
+    )
+    assert timer.dead_lettered_at == timezone.now()
+    assert _counts([key]) == [0]
+    assert otel.counter_value("bsft.saga.timeout.dead_lettered", **attributes) == before + 1
+
+    requeue_dead_lettered([timer.pk])  # the operator fixed what killed the passes
+    assert drain_due() == DrainReport(fired=1)
+    assert _counts([key]) == [1]
+
+
+def test_a_batch_given_back_at_shutdown_counts_no_attempt(
+    clock: FrozenDateTimeFactory, record: Any
+) -> None:
+    keys = _start_counters(2)
+    shutdown = record(CountWake)
+    shutdown.fail_with = KeyboardInterrupt()
+
+    with pytest.raises(KeyboardInterrupt):
+        drain_due()
+    shutdown.fail_with = None
+
+    assert drain_due() == DrainReport(fired=2)  # one batch, without waiting for a lease
+    timers = SagaTimeout.objects.filter(saga__correlation_key__in=keys)
+    assert {t.attempts for t in timers} == {0}
+
+
+def test_an_abandoned_outbox_row_is_delivered_alone_then_given_up_at_the_limit(
+    clock: FrozenDateTimeFactory, record: Any
+) -> None:
+    received = record(Unrouted)
+    publish(Unrouted("first"), defer=True)  # this test's transaction never commits:
+    publish(Unrouted("second"), defer=True)  # the rows wait for deliver_pending()
+    _abandon(OUTBOX)
+    _past_the_lease(clock)
+
+    assert deliver_pending().delivered == 1
+    delivered = SagaOutboxMessage.objects.filter(delivered_at__isnull=False).get()
+    assert (delivered.attempts, delivered.last_error) == (1, ABANDONED)
+
+    # The other row of the dead pass: its lost attempt is its last one.
+    with override_settings(BSFT_SAGA={"TIMEOUTS": {"MAX_DISPATCH_ATTEMPTS": 1}}):
+        report = deliver_pending()
+
+    assert (report.delivered, report.dead_lettered) == (0, 1)
+    given_up = SagaOutboxMessage.objects.get(delivered_at__isnull=True)
+    assert (given_up.attempts, given_up.last_error) == (1, ABANDONED)
+    assert given_up.dead_lettered_at == timezone.now()
+    assert [e.message_id for e in received.envelopes] == [delivered.pk]

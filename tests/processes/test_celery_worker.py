@@ -1,0 +1,83 @@
+"""A real Celery worker with embedded beat, over a real Redis, fires timers in real time.
+
+The worker runs ``celery -A sample_project worker`` (the sample project's app, configured
+from ``tests.settings`` with ``CELERY_TASK_ALWAYS_EAGER=0``) in a subprocess that shares the
+test database. Nothing here moves the clock: a timer two poll intervals ahead fires because
+beat ran ``drain_saga_timeouts`` after it came due. docs/celery.md describes this wiring.
+
+tests/support/celery_workers.py starts the worker (and which Redis it uses).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from bsft_saga import publish
+from bsft_saga.conf import saga_settings
+from bsft_saga.models import SagaInstance, SagaOutboxMessage, SagaTimeout, TimeoutOutcome
+from tests.support.celery_workers import Worker, enqueuing_to, wait_for
+from tests.testapp.events import TaskOpened
+from tests.testapp.timer_flows import TaskFlow
+
+pytestmark = [pytest.mark.celery, pytest.mark.slow]
+
+
+def _task_saga(task_id: str) -> SagaInstance:
+    return SagaInstance.objects.for_key(TaskFlow.saga_type, task_id).get()
+
+
+@pytest.mark.timeout(180)
+def test_worker_beat_fires_a_timer_two_poll_intervals_ahead_exactly_once(
+    start_worker: Callable[..., Worker],
+) -> None:
+    worker = start_worker(beat=True)
+    delay = round(2 * saga_settings.timeouts.poll_interval.total_seconds())
+
+    publish(TaskOpened("t-real-time", nudge_after_seconds=delay))
+    nudge = SagaTimeout.objects.get(saga=_task_saga("t-real-time"), name="nudge")
+    assert nudge.is_pending
+
+    saga = wait_for(
+        lambda: SagaInstance.objects.filter(pk=nudge.saga_id, step_index__gte=2).first(), worker
+    )
+    # Two more beat ticks after the one that fired it: neither may fire it again.
+    worker.wait_for_more_drains()
+    worker.stop()
+
+    nudge.refresh_from_db()
+    assert nudge.outcome == TimeoutOutcome.FIRED
+    assert nudge.dispatched_at is not None
+    assert nudge.dispatched_at >= nudge.due_at
+    assert nudge.attempts == 0
+    assert saga.step_index == 2
+    assert saga.state["nudged"] == 1
+    assert sum(result["fired"] for result in worker.drain_results()) == 1
+    escalate = SagaTimeout.objects.get(saga=saga, name="escalate")
+    assert escalate.is_pending
+
+
+@pytest.mark.timeout(180)
+def test_worker_delivers_a_deferred_event_through_deliver_event(
+    start_worker: Callable[..., Worker], broker_url: str
+) -> None:
+    # No beat: the drain's outbox sweep cannot deliver the row; only deliver_event can.
+    worker = start_worker(beat=False)
+
+    with enqueuing_to(broker_url):
+        envelope = publish(TaskOpened("t-deferred", nudge_after_seconds=3600), defer=True)
+
+    def delivered() -> Any:
+        return SagaOutboxMessage.objects.filter(
+            pk=envelope.message_id, delivered_at__isnull=False
+        ).first()
+
+    wait_for(delivered, worker)
+    assert _task_saga("t-deferred").step_index == 1
+    task_line = re.compile(
+        r"Task bsft_saga\.tasks\.deliver_event\[[^\]]+\] succeeded in [^:]+: 1\b"
+    )
+    wait_for(lambda: task_line.search(worker.log()), worker)
