@@ -10,7 +10,6 @@ from __future__ import annotations
 import signal
 import subprocess
 from collections.abc import Iterator
-from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -20,33 +19,16 @@ from django.db import transaction
 from django.test import override_settings
 from freezegun import freeze_time
 
-from bsft_saga import Envelope, publish
+from bsft_saga import publish
 from bsft_saga.models import SagaInstance, SagaOutboxMessage
 from bsft_saga.outbox import deliver_pending
-from bsft_saga.signals import event_published
+from tests.support.receivers import receiving
 from tests.testapp.engine_events import Unrouted
 from tests.testapp.events import OrderPlaced, ReserveStock
 from tests.testapp.flows import OrderFlow
 
 ROOT = Path(__file__).resolve().parents[2]
 NOW = datetime(2026, 3, 2, 9, 30, tzinfo=UTC)
-
-
-@contextmanager
-def receiving(event_cls: type, *, fail: bool = False) -> Iterator[list[Envelope]]:
-    """Collect what a plain receiver of ``event_cls`` gets; ``fail``: it raises each time."""
-    received: list[Envelope] = []
-
-    def on_event(sender: type, *, envelope: Envelope, **kwargs: Any) -> None:
-        received.append(envelope)
-        if fail:
-            raise ConnectionError("warehouse unreachable")
-
-    event_published.connect(on_event, sender=event_cls, weak=False)
-    try:
-        yield received
-    finally:
-        event_published.disconnect(on_event, sender=event_cls)
 
 
 @pytest.fixture

@@ -16,12 +16,15 @@ from bsft_saga.signals import event_published
 
 
 @contextmanager
-def receiving(event_cls: type) -> Iterator[list[Envelope]]:
-    """Collect the envelopes a plain receiver of ``event_cls`` gets inside the block."""
+def receiving(event_cls: type, *, fail: bool = False) -> Iterator[list[Envelope]]:
+    """Collect the envelopes a plain receiver of ``event_cls`` gets inside the block;
+    ``fail``: it raises each time, as a receiver whose service is down would."""
     received: list[Envelope] = []
 
     def on_event(sender: type, *, envelope: Envelope, **kwargs: Any) -> None:
         received.append(envelope)
+        if fail:
+            raise ConnectionError("warehouse unreachable")
 
     event_published.connect(on_event, sender=event_cls, weak=False)
     try:
