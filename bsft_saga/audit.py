@@ -25,6 +25,10 @@ FIRED_NOW = "saga.timeout.fire-now"
 #: ``requeue_dead_lettered``, ``requeue_saga_timeouts``, ``requeue_saga_outbox``).
 TIMEOUT_REQUEUED = "saga.timeout.requeued"
 OUTBOX_REQUEUED = "saga.outbox.requeued"
+#: An operator canceled a pending timer / moved it to another due time
+#: (``cancel_saga_timeouts``, ``reschedule_saga_timeout``).
+TIMER_CANCELED = "saga.timeout.canceled"
+TIMER_RESCHEDULED = "saga.timeout.rescheduled"
 #: The action a requeue records, by the requeued row's model label.
 REQUEUED = {
     "bsft_saga.SagaTimeout": TIMEOUT_REQUEUED,

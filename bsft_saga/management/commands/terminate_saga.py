@@ -8,6 +8,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from bsft_saga.engine.termination import terminate
 from bsft_saga.management import arguments
+from bsft_saga.models import SagaInstance
 
 
 class Command(BaseCommand):
@@ -16,13 +17,20 @@ class Command(BaseCommand):
         "pending timers are canceled, the reason is stored on SagaInstance.terminated_reason "
         "and an audit record 'saga.instance.terminated' is written. Instances that are "
         "already complete or do not exist are refused: the others are terminated, the "
-        "refused ones are named, and the command then fails (exit status 1)."
+        "refused ones are named, and the command then fails (exit status 1). Name the "
+        "instances by id, or one by its flow and key (--flow SAGA_TYPE --key KEY)."
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument(
-            "ids", nargs="+", metavar="ID", help="SagaInstance ids (UUIDs) to terminate."
+            "ids", nargs="*", metavar="ID", help="SagaInstance ids (UUIDs) to terminate."
         )
+        parser.add_argument(
+            "--flow",
+            metavar="SAGA_TYPE",
+            help="With --key: terminate that key's active instance of this saga type.",
+        )
+        parser.add_argument("--key", metavar="KEY", help="The correlation key, with --flow.")
         parser.add_argument(
             "--reason",
             required=True,
@@ -35,6 +43,17 @@ class Command(BaseCommand):
             raise CommandError("--reason must say why the sagas are terminated; it is empty")
         # Printed back when refused: text a terminal cannot print must fail here, by name.
         ids = [arguments.text("ID", given) for given in options["ids"]]
+        flow, key = options["flow"], options["key"]
+        if (flow is None) != (key is None):
+            raise CommandError("--flow and --key go together: the saga type and its key")
+        if flow is not None and ids:
+            raise CommandError("name the instances by ID or by --flow and --key, not both")
+        if flow is None and not ids:
+            raise CommandError("name the instances to terminate: IDs, or --flow and --key")
+        if flow is not None:
+            ids = [
+                self._active_instance(arguments.text("--flow", flow), arguments.text("--key", key))
+            ]
         result = terminate(ids, reason=reason, user=None)
         verbosity = int(options["verbosity"])
         if verbosity >= 2:
@@ -49,3 +68,15 @@ class Command(BaseCommand):
         if result.refused:
             refused = " ".join(given for given, _ in result.refused)
             raise CommandError(f"{len(result.refused)} instance(s) not terminated: {refused}")
+
+    @staticmethod
+    def _active_instance(saga_type: str, key: str) -> str:
+        pk = (
+            SagaInstance.objects.active()
+            .for_key(saga_type, key)
+            .values_list("pk", flat=True)
+            .first()
+        )
+        if pk is None:
+            raise CommandError(f"no active instance of {saga_type!r} has the key {key!r}")
+        return str(pk)

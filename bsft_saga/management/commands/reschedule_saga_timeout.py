@@ -1,0 +1,36 @@
+"""``manage.py reschedule_saga_timeout``: move one pending timer to another due time."""
+
+from __future__ import annotations
+
+from datetime import UTC
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+
+from bsft_saga.management import arguments
+from bsft_saga.timeouts.levers import reschedule_timer
+
+
+class Command(BaseCommand):
+    help = (
+        "Move a pending timer that no dispatcher holds to a new due time (ISO 8601; naive "
+        "means TIME_ZONE), with an audit record 'saga.timeout.rescheduled'. Its payload, "
+        "attempts and message id stay. A timer that does not exist, is no longer pending or "
+        "is held by a dispatcher's claim is refused (exit status 1)."
+    )
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument("id", metavar="ID", help="The SagaTimeout id.")
+        parser.add_argument("--to", required=True, metavar="ISO-DATETIME", help="The new due time.")
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        [pk] = arguments.row_ids("ID", [options["id"]])
+        due_at = arguments.moment("--to", options["to"])
+        report = reschedule_timer(pk, due_at, user=None)
+        if report.refused is not None:
+            raise CommandError(f"refused {pk}: {report.refused}")
+        if int(options["verbosity"]) >= 1 and report.due_at is not None:
+            when = report.due_at.astimezone(UTC)
+            self.stdout.write(
+                self.style.SUCCESS(f"Timer {pk} is due at {when:%Y-%m-%d %H:%M:%S} UTC.")
+            )
