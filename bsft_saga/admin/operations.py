@@ -7,6 +7,9 @@
   ``with_deadline`` timer also needs ``bsft_saga.terminate_saga``, since firing it runs
   ``on_expired``): makes the selected pending timers due now
   (:func:`bsft_saga.timeouts.expedite.fire_now`).
+- :class:`TimerLeversAction` (``cancel_timeouts`` and ``reschedule_timeout``, permission
+  ``bsft_saga.change_sagatimeout``): cancel the selected pending timers, or move one to a
+  new due time typed in a form (:mod:`bsft_saga.timeouts.levers`).
 
 Each action is a mixin for the ``ModelAdmin`` that offers it. The *stuck* filter lives in
 :mod:`bsft_saga.admin` next to the *stalled* one; the status summary of the app index page
@@ -16,6 +19,7 @@ is the template tag ``saga_status_at_a_glance``.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from datetime import UTC
 from typing import Any, cast
 
 from django.contrib import admin, messages
@@ -23,12 +27,15 @@ from django.contrib.admin import helpers
 from django.db.models import QuerySet
 from django.http import HttpRequest
 from django.template.response import TemplateResponse
+from django.utils import timezone
+from django.utils.dateparse import parse_datetime
 from django.utils.translation import gettext_lazy as _
 from django.utils.translation import ngettext
 
+from bsft_saga.db.datetimes import storable
 from bsft_saga.engine import termination
 from bsft_saga.events.codec import unstorable_text
-from bsft_saga.timeouts import expedite
+from bsft_saga.timeouts import expedite, levers
 
 TERMINATE_PERMISSION = "bsft_saga.terminate_saga"
 FIRE_NOW_PERMISSION = "bsft_saga.change_sagatimeout"
@@ -173,3 +180,102 @@ class FireNowAction:
             % {"count": refused},
             [reason for _pk, reason in result.refused],
         )
+
+
+class TimerLeversAction:
+    """Adds the actions ``cancel_timeouts`` and ``reschedule_timeout`` to the timer admin."""
+
+    reschedule_template = "admin/bsft_saga/sagatimeout/reschedule_selected.html"
+
+    def has_lever_permission(self, request: HttpRequest) -> bool:
+        """Like firing now, gated on the model's change permission (the admin edits nothing)."""
+        return bool(request.user.has_perm(FIRE_NOW_PERMISSION))
+
+    @admin.action(description=_("Cancel selected pending timers"), permissions=["lever"])
+    def cancel_timeouts(self, request: HttpRequest, queryset: QuerySet[Any]) -> None:
+        modeladmin = cast("admin.ModelAdmin[Any]", self)
+        report = levers.cancel_timers(
+            list(queryset.values_list("pk", flat=True)), user=request.user
+        )
+        if report.canceled:
+            modeladmin.message_user(
+                request,
+                ngettext(
+                    "%(count)d timer was canceled; it will not fire.",
+                    "%(count)d timers were canceled; they will not fire.",
+                    len(report.canceled),
+                )
+                % {"count": len(report.canceled)},
+                messages.SUCCESS,
+            )
+        refused = len(report.refused)
+        message_refusals(
+            modeladmin,
+            request,
+            ngettext(
+                "%(count)d timer was not canceled:", "%(count)d timers were not canceled:", refused
+            )
+            % {"count": refused},
+            [reason for _pk, reason in report.refused],
+        )
+
+    @admin.action(description=_("Reschedule the selected timer"), permissions=["lever"])
+    def reschedule_timeout(self, request: HttpRequest, queryset: QuerySet[Any]) -> Any:
+        modeladmin = cast("admin.ModelAdmin[Any]", self)
+        timers = list(queryset[:2])
+        if len(timers) != 1:
+            modeladmin.message_user(
+                request, _("Select exactly one timer to reschedule."), messages.WARNING
+            )
+            return None
+        [timer] = timers
+        typed = request.POST.get("due_at", "").strip()
+        error = None
+        if request.POST.get("post") == "yes":
+            due_at, error = _due_time(typed)
+            if due_at is not None:
+                report = levers.reschedule_timer(timer.pk, due_at, user=request.user)
+                if report.refused is not None:
+                    message_refusals(
+                        modeladmin,
+                        request,
+                        str(_("The timer was not rescheduled:")),
+                        [report.refused],
+                    )
+                else:
+                    modeladmin.message_user(
+                        request,
+                        _("Timer %(name)r is due at %(due)s UTC.")
+                        % {"name": timer.name, "due": f"{due_at:%Y-%m-%d %H:%M:%S}"},
+                        messages.SUCCESS,
+                    )
+                return None
+        context = {
+            **modeladmin.admin_site.each_context(request),
+            "title": _("Reschedule a timer"),
+            "opts": modeladmin.model._meta,
+            "timer": timer,
+            "action_checkbox_name": helpers.ACTION_CHECKBOX_NAME,
+            "due_at": typed,
+            "due_at_error": error,
+            "time_zone": timezone.get_current_timezone_name(),
+            "media": modeladmin.media,
+        }
+        return TemplateResponse(request, self.reschedule_template, context)
+
+
+def _due_time(typed: str) -> tuple[Any, Any]:
+    """The due time typed in the form (ISO 8601; naive: the current time zone), in UTC,
+    or ``(None, error)``."""
+    try:
+        parsed = parse_datetime(typed)
+    except ValueError:  # well formed, but no such date
+        parsed = None
+    if parsed is None:
+        return None, _("Type a date and time such as 2026-04-07 09:00 or 2026-04-07T09:00+02:00.")
+    if timezone.is_naive(parsed):
+        parsed = timezone.make_aware(parsed)
+    try:
+        return storable(parsed, field="due time", where="reschedule").astimezone(UTC), None
+    except ValueError as exc:
+        return None, str(exc)

@@ -32,7 +32,12 @@ from django.utils.translation import gettext_lazy as _
 from django.utils.translation import ngettext
 
 from bsft_saga import clock, outbox
-from bsft_saga.admin.operations import FireNowAction, TerminateSagasAction, message_refusals
+from bsft_saga.admin.operations import (
+    FireNowAction,
+    TerminateSagasAction,
+    TimerLeversAction,
+    message_refusals,
+)
 from bsft_saga.admin.queries import ContentLookupGuardMixin
 from bsft_saga.audit import READ_CONTENT, get_audit_recorder, record_action
 from bsft_saga.conf import saga_settings
@@ -319,7 +324,7 @@ class TimerStatusFilter(DeliveryStatusFilter):
 
 
 @admin.register(SagaTimeout)
-class SagaTimeoutAdmin(FireNowAction, ReadOnlyAdmin):
+class SagaTimeoutAdmin(FireNowAction, TimerLeversAction, ReadOnlyAdmin):
     list_display = (
         "name",
         "saga_link",
@@ -336,7 +341,7 @@ class SagaTimeoutAdmin(FireNowAction, ReadOnlyAdmin):
     search_fields = ("name", "saga__correlation_key", "event_type")
     date_hierarchy = "due_at"
     ordering = ("-due_at", "-id")
-    actions = ("requeue_dead_lettered", "fire_now")
+    actions = ("requeue_dead_lettered", "fire_now", "cancel_timeouts", "reschedule_timeout")
     url_lookups = ("saga__id__exact",)  # an instance page's "All timers of this saga"
     fields = (
         "id",
@@ -435,6 +440,7 @@ class SagaOutboxMessageAdmin(ReadOnlyAdmin):
         "saga",
         "status",
         "created_at",
+        "deliver_at",
         "delivered_at",
         "attempts",
         "next_attempt_at",
@@ -448,10 +454,12 @@ class SagaOutboxMessageAdmin(ReadOnlyAdmin):
         "id",
         "event_type",
         "saga",
+        "status",
         "correlation_id",
         "causation_id",
         "deadline",
         "created_at",
+        "deliver_at",
         "delivered_at",
         "attempts",
         "next_attempt_at",

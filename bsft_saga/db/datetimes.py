@@ -62,7 +62,7 @@ def storable(value: Any, *, field: str, where: str) -> datetime:
     if not in_range:
         raise ValueError(
             f"{where}: {field} {value.isoformat()} is out of range; bsft_saga stores "
-            f"datetimes from {EARLIEST:%Y-%m-%d} to {LATEST:%Y-%m-%d} (UTC)"
+            f"datetimes from {EARLIEST.date().isoformat()} to {LATEST.date().isoformat()} (UTC)"
         )
     return value
 

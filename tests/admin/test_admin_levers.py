@@ -1,0 +1,98 @@
+"""The timer levers of the admin: ``cancel_timeouts`` and ``reschedule_timeout``."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+from django.test import Client
+
+from bsft_saga import clock
+from bsft_saga.models import SagaAuditRecord, SagaTimeout, TimeoutOutcome
+from tests.admin.test_admin import _messages, _url, _user
+from tests.admin.test_admin_operations import OPERATOR, offered_actions
+from tests.testapp.ops_flows import make_saga, make_timeout
+
+pytestmark = pytest.mark.django_db
+
+
+def _act(client: Client, action: str, *timers: SagaTimeout, **fields: str) -> Any:
+    return client.post(
+        _url("sagatimeout", "changelist"),
+        {"action": action, "_selected_action": [str(t.pk) for t in timers], **fields},
+    )
+
+
+def test_cancel_timeouts_cancels_pending_timers_and_names_a_claimed_one() -> None:
+    saga = make_saga("cancel")
+    free = make_timeout(saga, "free", due_at=clock.now() + timedelta(days=1))
+    held = make_timeout(saga, "held", due_at=clock.now() - timedelta(minutes=1))
+    SagaTimeout.objects.filter(pk=held.pk).update(claimed_until=clock.now() + timedelta(minutes=4))
+
+    response = _act(_user("operator", *OPERATOR), "cancel_timeouts", free, held)
+
+    messages = _messages(response)
+    assert ("success", "1 timer was canceled; it will not fire.") in messages
+    assert ("warning", "1 timer was not canceled:") in messages
+    assert any("held by a dispatcher's claim until" in text for _level, text in messages)
+    assert SagaTimeout.objects.get(pk=free.pk).outcome == TimeoutOutcome.CANCELED
+    assert SagaTimeout.objects.get(pk=held.pk).is_pending
+    records = SagaAuditRecord.objects.filter(action="saga.timeout.canceled")
+    assert [(r.username, r.instance_id) for r in records] == [("operator", saga.pk)]
+
+
+def test_reschedule_timeout_asks_for_the_time_then_moves_the_timer() -> None:
+    timer = make_timeout(make_saga("move"), "later", due_at=clock.now() + timedelta(days=1))
+    operator = _user("operator", *OPERATOR)
+
+    form = _act(operator, "reschedule_timeout", timer)
+    moved = _act(operator, "reschedule_timeout", timer, post="yes", due_at="2031-05-06T07:08:09Z")
+
+    assert form.status_code == 200
+    assert b'name="due_at"' in form.content
+    assert ("success", "Timer 'later' is due at 2031-05-06 07:08:09 UTC.") in _messages(moved)
+    assert SagaTimeout.objects.get(pk=timer.pk).due_at == datetime(2031, 5, 6, 7, 8, 9, tzinfo=UTC)
+    assert SagaAuditRecord.objects.filter(action="saga.timeout.rescheduled").count() == 1
+
+
+@pytest.mark.parametrize(
+    ("typed", "error"),
+    [
+        ("next tuesday", "Type a date and time"),
+        ("9999-12-31T23:59:59-15:00", "0001-01-02"),
+    ],
+)
+def test_reschedule_timeout_shows_a_form_error_for_a_time_it_cannot_store(
+    typed: str, error: str
+) -> None:
+    due = clock.now() + timedelta(days=1)
+    timer = make_timeout(make_saga("bad"), "later", due_at=due)
+
+    response = _act(
+        _user("operator", *OPERATOR), "reschedule_timeout", timer, post="yes", due_at=typed
+    )
+
+    assert response.status_code == 200
+    assert error in response.content.decode()
+    assert SagaTimeout.objects.get(pk=timer.pk).due_at == due
+
+
+def test_reschedule_timeout_takes_one_timer_at_a_time() -> None:
+    saga = make_saga("two")
+    timers = [make_timeout(saga, name, due_at=clock.now()) for name in ("a", "b")]
+
+    response = _act(_user("operator", *OPERATOR), "reschedule_timeout", *timers)
+
+    assert ("warning", "Select exactly one timer to reschedule.") in _messages(response)
+
+
+def test_the_levers_need_the_change_permission() -> None:
+    timer = make_timeout(make_saga("nope"), due_at=clock.now() + timedelta(days=1))
+    viewer = _user("viewer", "view_sagatimeout")
+
+    changelist = viewer.get(_url("sagatimeout", "changelist"))
+    _act(viewer, "cancel_timeouts", timer)
+
+    assert not {"cancel_timeouts", "reschedule_timeout"} & offered_actions(changelist)
+    assert SagaTimeout.objects.get(pk=timer.pk).is_pending
