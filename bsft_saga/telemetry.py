@@ -25,8 +25,9 @@ instrument                                kind       counts / measures
 
 Every counter and histogram measurement carries the attribute ``saga.type`` (``""`` for an
 outbox row of no saga); ``bsft.saga.event.ignored`` also carries ``reason``: ``no_instance``,
-``not_awaited`` or ``duplicate``. The gauges are observed when the metrics are collected
-(by the host's metric reader, e.g. every 60 s), one data point each and without attributes:
+``not_awaited``, ``duplicate`` or ``timer_never_starts``. The gauges are observed when the
+metrics are collected (by the host's metric reader, e.g. every 60 s), one data point each
+and without attributes:
 a small indexed query per gauge, never one per instance (:mod:`bsft_saga.status`). Spans:
 ``saga.step`` (attributes
 ``saga.type``, ``saga.step.index``, ``saga.event.type``) and ``saga.timeout`` (``saga.type``,
@@ -119,7 +120,7 @@ ATTR_CORRELATION_ID: Final = "saga.correlation_id"
 ATTR_REASON: Final = "reason"
 
 #: The ``reason`` values of ``bsft.saga.event.ignored``.
-IGNORED_REASONS: Final = ("no_instance", "not_awaited", "duplicate")
+IGNORED_REASONS: Final = ("no_instance", "not_awaited", "duplicate", "timer_never_starts")
 
 
 @cache
@@ -214,8 +215,9 @@ def count_ignored(saga_type: str, reason: str) -> None:
     """Count one event that ``saga_type`` knows but none of its instances took.
 
     ``reason``: ``"no_instance"`` (nothing to advance and not a start event),
-    ``"not_awaited"`` (the current step awaits something else) or ``"duplicate"`` (the
-    instance already handled that message id).
+    ``"not_awaited"`` (the current step awaits something else), ``"duplicate"`` (the
+    instance already handled that message id) or ``"timer_never_starts"`` (a timer's event
+    for a start step: it starts no saga).
     """
     if reason not in IGNORED_REASONS:
         raise ValueError(f"Unknown reason {reason!r}; expected one of {IGNORED_REASONS}.")

@@ -22,6 +22,7 @@ from asgiref.sync import async_to_sync
 
 from bsft_saga import clock, telemetry
 from bsft_saga.conf import saga_settings
+from bsft_saga.db.datetimes import storable
 from bsft_saga.delivery import staging
 from bsft_saga.engine import lookup, window
 from bsft_saga.engine.context import SagaContext
@@ -94,7 +95,7 @@ class _Plan:
 class _Ignored:
     """The event is not for this flow's instance; ``reason`` is the counter's attribute."""
 
-    reason: str  # "no_instance" | "not_awaited" | "duplicate"
+    reason: str  # "no_instance" | "not_awaited" | "duplicate" | "timer_never_starts"
     correlation_key: str
     step_index: int | None = None
 
@@ -168,20 +169,25 @@ def _plan_step(
     start event it also finds a finished instance of the key that handled it (a redelivered
     start event starts nothing). ``None``: the instance runs on another version's
     definition, which handles (and counts) the event; only the current version starts
-    instances.
+    instances. A timer's event never starts one: a timer belongs to a saga, and its event
+    reaching a start step (of another flow, or of its own saga's flow after the saga
+    completed) would start a saga nobody asked for, on every firing.
     """
     is_current = flow_registry.is_current(flow)
     is_start = 0 in step_indices and is_current
+    timer = envelope.timer
     instance = lookup.instance_for(
         flow.saga_type,
         key,
         envelope.message_id,
-        or_finished=is_start,
-        firing=envelope.timer.timer_id if envelope.timer is not None else None,
+        or_finished=is_start and timer is None,
+        firing=timer.timer_id if timer is not None else None,
     )
     if instance is None:
         if not is_start:
             return _Ignored("no_instance", key) if is_current else None
+        if timer is not None:
+            return _Ignored("timer_never_starts", key)
         return _Plan(
             saga_id=uuid.uuid4(),
             correlation_key=key,
@@ -189,7 +195,7 @@ def _plan_step(
             version=0,
             step_index=0,
             state_json=None,
-            deadline=clock.now() + flow.deadline.budget if flow.deadline is not None else None,
+            deadline=_new_deadline(flow, envelope),
             bodies=flow.steps[0].bodies,
             advance=True,
         )
@@ -202,6 +208,23 @@ def _plan_step(
     if instance.step_index not in step_indices:
         return _Ignored("not_awaited", key, instance.step_index)
     return _Plan.for_instance(instance, flow.steps[instance.step_index].bodies, advance=True)
+
+
+def _new_deadline(flow: FlowDefinition, envelope: Envelope) -> datetime | None:
+    """The deadline of the instance ``envelope`` starts: the start event's own deadline,
+    the flow's ``with_deadline`` (start + budget), or the earlier of the two.
+
+    The initiator's deadline rides along, so that a saga started by late work knows it is
+    late, and never outlives the budget of the request that started it.
+    """
+    where = flow.where(0)
+    deadlines = []
+    if envelope.deadline is not None:
+        deadlines.append(storable(envelope.deadline, field="deadline", where=where))
+    if flow.deadline is not None:
+        budget = flow.deadline.budget_for(envelope.event, where=where)
+        deadlines.append(storable(clock.now() + budget, field="deadline", where=where))
+    return min(deadlines, default=None)
 
 
 def _handled(instance: SagaInstance, envelope: Envelope) -> bool:

@@ -17,12 +17,17 @@ class TimerOrigin:
 
     The engine uses it to stamp the timer as fired in the same commit as the step it
     wakes in its own saga; ``claim_token`` fences a dispatcher that lost its claim.
+    ``due_at`` is when the timer was due and ``scheduled_at`` when its step scheduled it
+    (both aware): ``clock.now() - due_at`` is how late the event is. An envelope that
+    carries one never starts a saga.
     """
 
     timer_id: int
     saga_id: uuid.UUID
     name: str
     claim_token: uuid.UUID
+    due_at: datetime
+    scheduled_at: datetime
 
     @property
     def timeout_id(self) -> int:

@@ -6,13 +6,14 @@ made it, naming the flow and the step.
 
 from __future__ import annotations
 
-from datetime import timedelta
 from typing import Any
 
 from bsft_saga.events.registry import event_type_of
 from bsft_saga.exceptions import FlowDefinitionError
 from bsft_saga.flows.definition import (
+    MAX_DEADLINE_BUDGET,
     Body,
+    Budget,
     DeadlineDefinition,
     EmptyState,
     FlowDefinition,
@@ -21,12 +22,11 @@ from bsft_saga.flows.definition import (
     StepBody,
     StepDefinition,
     Trigger,
+    budget_problem,
     check_state_class,
 )
 
-#: The longest ``with_deadline`` budget (1,000 years): start + budget must stay a date
-#: bsft_saga stores, or every start of the flow would fail.
-MAX_DEADLINE_BUDGET = timedelta(days=365_000)
+__all__ = ["MAX_DEADLINE_BUDGET", "FlowBuilder", "SagaBuilderFactory"]
 
 
 class SagaBuilderFactory:
@@ -112,22 +112,22 @@ class FlowBuilder:
 
     # -- definition ---------------------------------------------------------------------
 
-    def with_deadline(self, budget: timedelta, *, on_expired: Body) -> FlowBuilder:
+    def with_deadline(self, budget: Budget, *, on_expired: Body) -> FlowBuilder:
         """Give each instance an absolute deadline of start + ``budget``.
 
-        At the deadline an instance that is still active runs ``on_expired(ctx, event)``,
-        whatever step it is at, under the same atomicity rules as any step.
+        ``budget`` is a positive ``timedelta`` of at most ``MAX_DEADLINE_BUDGET``, or a
+        callable ``budget(start_event)`` that returns one (checked at each start: anything
+        else fails that start). When the start event's envelope carries a deadline of its
+        own, the earlier of the two is the instance's. At the deadline an instance that is
+        still active runs ``on_expired(ctx, event)``, whatever step it is at, under the same
+        atomicity rules as any step.
         """
         self._check_open("with_deadline")
         if self._steps:
             raise self._fail("with_deadline() must come right after with_state()/stateless()")
-        if not isinstance(budget, timedelta) or budget <= timedelta(0):
-            raise self._fail(f"with_deadline() needs a positive timedelta, got {budget!r}")
-        if budget > MAX_DEADLINE_BUDGET:
-            raise self._fail(
-                f"with_deadline(): the budget {budget} is longer than the "
-                f"{MAX_DEADLINE_BUDGET.days} days a deadline may lie ahead"
-            )
+        problem = None if callable(budget) else budget_problem(budget)
+        if problem is not None:
+            raise self._fail(f"with_deadline() got the budget {problem}")
         if not callable(on_expired):
             raise self._fail("with_deadline() needs a callable on_expired(ctx, event)")
         self._deadline = DeadlineDefinition(budget=budget, on_expired=on_expired)

@@ -17,6 +17,13 @@ KeySelector = Callable[[Any], str]
 #: The longest correlation key a flow's ``key`` may return (``SagaInstance.correlation_key``).
 MAX_CORRELATION_KEY_LENGTH = 200
 
+#: The longest ``with_deadline`` budget (1,000 years): start + budget must stay a date
+#: bsft_saga stores, or every start of the flow would fail.
+MAX_DEADLINE_BUDGET = timedelta(days=365_000)
+
+#: A ``with_deadline`` budget: a fixed ``timedelta``, or one computed from the start event.
+Budget = timedelta | Callable[[Any], timedelta]
+
 
 @dataclass(frozen=True)
 class EmptyState:
@@ -84,10 +91,36 @@ class StepDefinition:
         return f"step {self.index} ({verb} {names})"
 
 
+def budget_problem(budget: Any) -> str | None:
+    """What is wrong with ``budget`` as a deadline budget (``None``: nothing), as the end of
+    a sentence that names it."""
+    if not isinstance(budget, timedelta) or budget <= timedelta(0):
+        return f"{budget!r}, where a positive timedelta is needed"
+    if budget > MAX_DEADLINE_BUDGET:
+        return f"{budget}, longer than the {MAX_DEADLINE_BUDGET.days} days a deadline may lie ahead"
+    return None
+
+
 @dataclass(frozen=True)
 class DeadlineDefinition:
-    budget: timedelta
+    """``with_deadline(budget, on_expired=...)``: ``budget`` is a ``timedelta`` or a callable
+    ``budget(start_event) -> timedelta``."""
+
+    budget: Budget
     on_expired: Body
+
+    def budget_for(self, event: Any, *, where: str) -> timedelta:
+        """The budget of an instance that ``event`` starts; a computed one that is not a
+        positive ``timedelta`` of at most ``MAX_DEADLINE_BUDGET`` is a ``TypeError`` or
+        ``ValueError`` naming ``where`` (the flow), raised before anything is written."""
+        if isinstance(self.budget, timedelta):
+            return self.budget
+        budget = self.budget(event)
+        problem = budget_problem(budget)
+        if problem is None:
+            return budget
+        error = ValueError if isinstance(budget, timedelta) else TypeError
+        raise error(f"{where}: with_deadline's budget({type(event).__name__}) returned {problem}")
 
 
 @dataclass(frozen=True)

@@ -102,8 +102,9 @@ def _event_name(event_class: type) -> str:
 def _deadline_text(definition: FlowDefinition) -> str | None:
     if definition.deadline is None:
         return None
-    budget = _duration(definition.deadline.budget)
-    return f"deadline start + {budget}, on expiry {_name(definition.deadline.on_expired)}"
+    budget = definition.deadline.budget
+    shown = _duration(budget) if isinstance(budget, timedelta) else f"{_name(budget)}(event)"
+    return f"deadline start + {shown}, on expiry {_name(definition.deadline.on_expired)}"
 
 
 def _duration(value: timedelta) -> str:

@@ -57,7 +57,8 @@ class TimerChannel(Channel[SagaTimeout]):
 
     def envelope(self, row: SagaTimeout, token: uuid.UUID) -> Envelope:
         """The timer's event, under the correlation id it was scheduled with, marked as
-        coming from this timer, with its saga's deadline."""
+        coming from this timer (which names its due and scheduling times), with its saga's
+        deadline."""
         cls = event_class(row.event_type)
         try:
             event = codec.decode(cls, row.payload)
@@ -74,7 +75,12 @@ class TimerChannel(Channel[SagaTimeout]):
             deadline=row.saga.deadline,
             published_at=clock.now(),
             timer=TimerOrigin(
-                timer_id=row.pk, saga_id=row.saga_id, name=row.name, claim_token=token
+                timer_id=row.pk,
+                saga_id=row.saga_id,
+                name=row.name,
+                claim_token=token,
+                due_at=row.due_at,
+                scheduled_at=row.scheduled_at,
             ),
         )
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import uuid
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
@@ -38,7 +39,15 @@ def test_an_unknown_name_is_still_an_attribute_error() -> None:
 
 
 def test_a_timer_origins_timeout_id_is_its_timer_id_and_warns() -> None:
-    origin = TimerOrigin(timer_id=7, saga_id=uuid.uuid4(), name="n", claim_token=uuid.uuid4())
+    due = datetime(2026, 3, 2, 9, 0, tzinfo=UTC)
+    origin = TimerOrigin(
+        timer_id=7,
+        saga_id=uuid.uuid4(),
+        name="n",
+        claim_token=uuid.uuid4(),
+        due_at=due,
+        scheduled_at=due - timedelta(hours=1),
+    )
 
     with pytest.warns(DeprecationWarning, match="use timer_id"):
         assert origin.timeout_id == 7

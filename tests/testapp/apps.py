@@ -12,6 +12,7 @@ class TestAppConfig(AppConfig):
     def saga_flows(self) -> list[type]:
         # Each test area keeps its flows in its own module's FLOWS list.
         from tests.testapp import (
+            delayed_flows,
             dispatch_flows,
             flows,
             load_flows,
@@ -27,4 +28,5 @@ class TestAppConfig(AppConfig):
             *ops_flows.FLOWS,
             *parcel_flows.FLOWS,
             *dispatch_flows.FLOWS,
+            *delayed_flows.FLOWS,
         ]
