@@ -23,6 +23,7 @@ from bsft_saga.querysets import (
     SagaInstanceQuerySet,
     SagaOutboxQuerySet,
     SagaTimeoutQuerySet,
+    outbox_due_at,
     outbox_status,
     timer_status,
 )
@@ -182,7 +183,9 @@ class SagaOutboxMessage(DeliveryRow):
     """An event waiting to be published after the transaction that staged it committed.
 
     Written by a step's ``ctx.publish`` (``saga`` set) or ``publish(..., defer=True)``.
-    Delivered at least once: after commit, or later by the drain if the process died.
+    Delivered at least once: after commit, or later by the drain if the process died. A
+    delayed message (``deliver_at`` set: ``publish(..., delay=...)``) is delivered by the
+    drain only, once ``deliver_at`` has come.
     """
 
     id = models.UUIDField(
@@ -206,6 +209,15 @@ class SagaOutboxMessage(DeliveryRow):
     causation_id = models.UUIDField(_("causation id"), null=True, blank=True)
     deadline = models.DateTimeField(_("deadline"), null=True, blank=True)
     created_at = models.DateTimeField(_("created at"))
+    deliver_at = models.DateTimeField(
+        _("deliver at"),
+        null=True,
+        blank=True,
+        help_text=_(
+            "A delayed message: no pass delivers it before this. Null: deliver at once "
+            "(from created_at)."
+        ),
+    )
     delivered_at = models.DateTimeField(_("delivered at"), null=True, blank=True)
 
     objects = SagaOutboxQuerySet.as_manager()
@@ -214,14 +226,18 @@ class SagaOutboxMessage(DeliveryRow):
         verbose_name = _("saga outbox message")
         verbose_name_plural = _("saga outbox messages")
         indexes = [
+            # Pending rows by the time they are due (deliver_at, else created_at): what
+            # saga_status counts, and the oldest of them that is late.
             models.Index(
-                fields=["created_at"],
+                outbox_due_at(),
                 name="bsft_saga_outbox_pending_idx",
                 condition=Q(delivered_at__isnull=True, dead_lettered_at__isnull=True),
             ),
-            # What a delivery pass claims: undelivered rows in the order they become ready.
+            # What a delivery pass claims: pending rows in the order they become ready (a
+            # row waiting for its retry back-off at next_attempt_at, a delayed message at
+            # deliver_at, any other at created_at).
             models.Index(
-                Coalesce("next_attempt_at", "created_at"),
+                Coalesce("next_attempt_at", *SagaOutboxQuerySet.ready_fields),
                 F("id"),
                 name="bsft_saga_outbox_ready_idx",
                 condition=Q(delivered_at__isnull=True, dead_lettered_at__isnull=True),

@@ -2,7 +2,9 @@
 
 Rows come from a step's ``ctx.publish`` and from ``publish(..., defer=True)``. Delivery is
 at least once: right after commit, and again by ``deliver_pending`` (run by the drain task
-and command) for rows whose delivery was lost with its process or failed. Rows go through
+and command) for rows whose delivery was lost with its process or failed. A delayed message
+(a row with ``deliver_at``) is left to ``deliver_pending``, which claims no row before its
+``deliver_at``: nothing hands it over at commit. Rows go through
 the same passes as timers (:mod:`bsft_saga.delivery`): claimed with a lease, their
 receivers run with no transaction open, their stamps and the steps they woke committed in
 groups, retried with back-off, dead-lettered at ``MAX_DISPATCH_ATTEMPTS`` and requeued by
@@ -86,9 +88,14 @@ OUTBOX = OutboxChannel()
 
 
 def row_values(
-    envelope: Envelope, payload: dict[str, Any], *, saga_id: uuid.UUID | None = None
+    envelope: Envelope,
+    payload: dict[str, Any],
+    *,
+    saga_id: uuid.UUID | None = None,
+    deliver_at: datetime | None = None,
 ) -> dict[str, Any]:
-    """The outbox row for ``envelope``, whose event ``payload`` encodes (for ``sql.insert``)."""
+    """The outbox row for ``envelope``, whose event ``payload`` encodes (for ``sql.insert``);
+    ``deliver_at``: a delayed message's delivery time."""
     return {
         "id": envelope.message_id,
         "saga": saga_id,
@@ -98,6 +105,7 @@ def row_values(
         "causation_id": envelope.causation_id,
         "deadline": envelope.deadline,
         "created_at": envelope.published_at,
+        "deliver_at": deliver_at,
     }
 
 
@@ -112,9 +120,17 @@ def deliver_after_commit(envelopes: list[Envelope]) -> None:
         transaction.on_commit(partial(_deliver_staged, envelopes), robust=True)
 
 
-def stage_deferred(envelope: Envelope, payload: dict[str, Any]) -> None:
-    """Write ``envelope`` to the outbox and hand it to a worker after commit."""
-    sql.insert(SagaOutboxMessage, [row_values(envelope, payload)])
+def stage_deferred(
+    envelope: Envelope, payload: dict[str, Any], *, deliver_at: datetime | None = None
+) -> None:
+    """Write ``envelope`` to the outbox and hand it to a worker after commit.
+
+    A delayed message (``deliver_at``) is handed to nobody: the drain delivers it once its
+    time has come, so the one way it reaches its receivers is the one that never runs early.
+    """
+    sql.insert(SagaOutboxMessage, [row_values(envelope, payload, deliver_at=deliver_at)])
+    if deliver_at is not None:
+        return
     transaction.on_commit(
         partial(deferred_event_committed.send, sender=None, message_id=envelope.message_id),
         robust=True,

@@ -4,14 +4,14 @@
 from __future__ import annotations
 
 import uuid
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from asgiref.sync import sync_to_async
 
 from bsft_saga import clock
 from bsft_saga.correlation import MAX_LENGTH, get_correlation_id, new_correlation_id
-from bsft_saga.db.datetimes import storable
+from bsft_saga.db.datetimes import LATEST, storable
 from bsft_saga.events import codec, payloads
 from bsft_saga.events.envelope import Envelope
 from bsft_saga.events.registry import check_publishable, event_type_of
@@ -25,6 +25,8 @@ def publish(
     deadline: datetime | None = None,
     message_id: uuid.UUID | str | None = None,
     defer: bool = False,
+    deliver_at: datetime | None = None,
+    delay: timedelta | None = None,
 ) -> Envelope:
     """Publish ``event`` (an ``@event`` dataclass) and return its envelope.
 
@@ -33,6 +35,12 @@ def publish(
     exception from any receiver propagates. With ``defer=True`` the event is written to
     the outbox in the current transaction and delivered after commit, at least once
     (by a Celery task, or by the drain if that enqueue is lost).
+
+    ``deliver_at`` (an aware datetime) or ``delay`` (a ``timedelta`` >= 0 from now), not
+    both, make the event a delayed message: written to the outbox like ``defer=True``
+    (which they imply), and delivered by the drain, at least once, once ``deliver_at`` has
+    come, never before; after that exactly as a deferred event (back-off, dead letters,
+    requeue). Nothing is handed to a worker at commit.
 
     ``correlation_id`` defaults to the ambient one; with neither, the event gets a fresh
     one (``new_correlation_id()``), which the steps it runs, their timers and the events
@@ -44,10 +52,13 @@ def publish(
     when it raises.
     """
     event_type = event_type_of(event)
-    check_publishable(event_type, f"publish({event_type})")
+    where = f"publish({event_type})"
+    check_publishable(event_type, where)
     payload = payloads.encode_event(event, event_type)  # fail now, not when a worker reads it
     if deadline is not None:
-        storable(deadline, field="deadline", where=f"publish({event_type})")
+        storable(deadline, field="deadline", where=where)
+    now = clock.now()
+    when = delivery_time(deliver_at, delay, now=now, where=where)
     if not correlation_id:  # neither given ("" counts as none) ...
         correlation_id = get_correlation_id()
     if correlation_id:
@@ -61,15 +72,43 @@ def publish(
         correlation_id=correlation_id,
         causation_id=None,
         deadline=deadline,
-        published_at=clock.now(),
+        published_at=now,
     )
-    if defer:
+    if defer or when is not None:
         from bsft_saga.outbox import stage_deferred
 
-        stage_deferred(envelope, payload)
+        stage_deferred(envelope, payload, deliver_at=when)
     else:
         send_envelope(envelope)
     return envelope
+
+
+def delivery_time(
+    deliver_at: datetime | None, delay: timedelta | None, *, now: datetime, where: str
+) -> datetime | None:
+    """When a delayed message is due: ``deliver_at``, or ``now + delay``; ``None`` for
+    neither (deliver at once).
+
+    Both is a ``ValueError``, and so are a negative ``delay``, one that runs past the dates
+    bsft_saga stores, and a ``deliver_at`` that is naive or out of range (see
+    ``bsft_saga.db.datetimes``); a ``delay`` that is not a ``timedelta`` is a ``TypeError``.
+    ``where`` names the call in the message.
+    """
+    if deliver_at is not None and delay is not None:
+        raise ValueError(f"{where}: pass deliver_at or delay, not both")
+    if delay is None:
+        return None if deliver_at is None else storable(deliver_at, field="deliver_at", where=where)
+    if not isinstance(delay, timedelta):
+        raise TypeError(f"{where}: delay must be a timedelta, got {type(delay).__name__}")
+    if delay < timedelta(0):
+        raise ValueError(f"{where}: delay must be >= 0, got {delay}")
+    try:
+        return storable(now + delay, field="deliver_at", where=where)
+    except (OverflowError, ValueError):
+        raise ValueError(
+            f"{where}: the delay {delay} runs past the dates bsft_saga stores "
+            f"(up to {LATEST:%Y-%m-%d} UTC)"
+        ) from None
 
 
 def _check_correlation_id(event_type: str, correlation_id: str) -> None:

@@ -4,7 +4,7 @@ Timers and outbox messages are delivered by one machinery (``bsft_saga.delivery`
 share one lifecycle, defined here once, in SQL (the queryset methods) and in Python
 (:func:`timer_status` / :func:`outbox_status`, behind ``row.status()``)::
 
-    pending ┬─ waiting ─── (due_at, created_at) not reached yet; timers only
+    pending ┬─ waiting ─── its time (due_at; deliver_at, else created_at) not reached yet
             ├─ ready ───── a pass may claim it now
             ├─ retrying ── an attempt failed; not tried again before next_attempt_at
             └─ claimed ─── a pass holds it (claim_token, lease until claimed_until)
@@ -69,8 +69,9 @@ def _retrying(now: datetime) -> Q:
 class DeliveryQuerySet(models.QuerySet[M]):
     """What timers and outbox messages have in common: pending rows, claims, retries."""
 
-    #: The column an pending row becomes ready at when it has never failed.
-    ready_field: ClassVar[str]
+    #: The columns whose first non-null value a pending row becomes ready at when it has
+    #: never failed (its due time).
+    ready_fields: ClassVar[tuple[str, ...]]
 
     def pending(self: Q_) -> Q_:
         """Rows still to be delivered (a timer not yet retired, an outbox row neither
@@ -78,8 +79,9 @@ class DeliveryQuerySet(models.QuerySet[M]):
         raise NotImplementedError
 
     def _ready_at(self) -> Coalesce:
-        # The expression of the partial "ready" indexes: keep the two spelled the same.
-        return Coalesce("next_attempt_at", self.ready_field)
+        # The expression of the partial "ready" indexes: keep the two spelled the same (one
+        # flat COALESCE; a nested one would not match the index).
+        return Coalesce("next_attempt_at", *self.ready_fields)
 
     def in_ready_order(self: Q_) -> Q_:
         """Oldest ready time first, then id (the order passes claim in)."""
@@ -112,8 +114,8 @@ class DeliveryQuerySet(models.QuerySet[M]):
         return self.filter(dead_lettered_at__isnull=False)
 
     def waiting(self: Q_, now: datetime) -> Q_:
-        """Pending rows not ready yet (an outbox row is ready once it exists)."""
-        return self.none()
+        """Pending rows whose time has not come yet (neither claimed nor backing off)."""
+        raise NotImplementedError
 
     def retired_in(self: Q_, status: DeliveryStatus) -> Q_:
         """The rows retired as ``status`` (fired, missed, canceled, delivered, dead-lettered)."""
@@ -155,7 +157,7 @@ class SagaInstanceQuerySet(models.QuerySet["SagaInstance"]):
 
 
 class SagaTimeoutQuerySet(DeliveryQuerySet["SagaTimeout"]):
-    ready_field = "due_at"
+    ready_fields = ("due_at",)
 
     def pending(self) -> SagaTimeoutQuerySet:
         """Timers that have not left the pending set (``dispatched_at`` is null)."""
@@ -181,7 +183,8 @@ class SagaTimeoutQuerySet(DeliveryQuerySet["SagaTimeout"]):
 
 
 class SagaOutboxQuerySet(DeliveryQuerySet["SagaOutboxMessage"]):
-    ready_field = "created_at"
+    # A delayed message is due at its deliver_at; any other row once it exists.
+    ready_fields = ("deliver_at", "created_at")
 
     def pending(self) -> SagaOutboxQuerySet:
         """Rows still to be delivered: neither delivered nor dead-lettered."""
@@ -198,6 +201,22 @@ class SagaOutboxQuerySet(DeliveryQuerySet["SagaOutboxMessage"]):
 
     def delivered(self) -> SagaOutboxQuerySet:
         return self.filter(delivered_at__isnull=False)
+
+    def due(self, now: datetime) -> SagaOutboxQuerySet:
+        """Pending rows whose time has come (a delayed message's ``deliver_at``, any other
+        row's ``created_at``), whatever holds them back (a claim, a retry back-off): the
+        undelivered rows of ``saga_status``."""
+        return self.pending().alias(due_at=outbox_due_at()).filter(due_at__lte=now)
+
+    def waiting(self, now: datetime) -> SagaOutboxQuerySet:
+        """Pending delayed messages whose ``deliver_at`` has not come yet."""
+        return (
+            self.pending()
+            .alias(due_at=outbox_due_at())
+            .filter(due_at__gt=now)
+            .exclude(_claimed(now))
+            .exclude(_retrying(now))
+        )
 
     def retired_in(self, status: DeliveryStatus) -> SagaOutboxQuerySet:
         if status == DeliveryStatus.DELIVERED:
@@ -228,7 +247,13 @@ def outbox_status(row: SagaOutboxMessage, now: datetime) -> DeliveryStatus:
         return DeliveryStatus.DEAD_LETTERED
     if row.delivered_at is not None:
         return DeliveryStatus.DELIVERED
-    return _pending_status(row, row.created_at, now)
+    return _pending_status(row, row.deliver_at or row.created_at, now)
+
+
+def outbox_due_at() -> Coalesce:
+    """When an outbox row is due: its ``deliver_at`` (a delayed message), else its
+    ``created_at``; the expression of the partial index of pending rows."""
+    return Coalesce(*SagaOutboxQuerySet.ready_fields)
 
 
 #: The statuses each table's rows can be in, in lifecycle order (admin filters list these).
@@ -240,6 +265,7 @@ TIMER_STATUSES = (
     DeliveryStatus.DEAD_LETTERED,
 )
 OUTBOX_STATUSES = (
+    DeliveryStatus.WAITING,
     DeliveryStatus.READY,
     DeliveryStatus.RETRYING,
     DeliveryStatus.CLAIMED,

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 from datetime import datetime
+from typing import Any
 
 from django.db import connection
 from django.db.models import Count, Min
@@ -19,7 +20,7 @@ from django.db.models import Count, Min
 from bsft_saga import clock
 from bsft_saga.db.datetimes import readable_q
 from bsft_saga.models import SagaInstance, SagaOutboxMessage, SagaTimeout
-from bsft_saga.querysets import SagaTimeoutQuerySet
+from bsft_saga.querysets import SagaTimeoutQuerySet, outbox_due_at
 
 __all__ = ["SagaStatus", "dead_letters", "due_timers", "lag_seconds", "saga_status"]
 
@@ -34,10 +35,15 @@ class SagaStatus:
       again. Always 0: a timer's step and its dispatch confirmation commit in one
       transaction, so there is no such state to count (the key is kept for monitors that
       read it). Unconfirmed timers would be neither pending nor due, nor in the lag.
-    - ``outbox_undelivered``: outbox rows neither delivered nor dead-lettered.
+    - ``outbox_undelivered``: outbox rows neither delivered nor dead-lettered whose time has
+      come (a delayed message's ``deliver_at``, any other row's ``created_at``), a row
+      waiting for its retry back-off included.
+    - ``outbox_scheduled``: delayed messages waiting for their ``deliver_at``; not late, so
+      neither undelivered nor in the lag.
     - ``lag_seconds``: now minus the oldest of the due timers' ``due_at`` and the
-      undelivered outbox rows' ``created_at``; 0 when there is none. A healthy system
-      stays within a POLL_INTERVAL or two; a growing lag means nothing drains.
+      undelivered outbox rows' ``deliver_at`` (``created_at`` for a row that is not a
+      delayed message); 0 when there is none. A healthy system stays within a
+      POLL_INTERVAL or two; a growing lag means nothing drains.
     """
 
     active_instances: int
@@ -46,6 +52,7 @@ class SagaStatus:
     timeouts_dead_lettered: int
     timeouts_unconfirmed: int
     outbox_undelivered: int
+    outbox_scheduled: int
     outbox_dead_lettered: int
     lag_seconds: float
 
@@ -62,21 +69,26 @@ class SagaStatus:
 def saga_status(*, now: datetime | None = None) -> SagaStatus:
     """Count what is active, waiting, late and given up, at ``now`` (default: the clock).
 
-    Eight numbers from seven small queries, each a count or a ``MIN`` over a partial
+    Nine numbers from seven small queries, each a count or a ``MIN`` over a partial
     index. The queries do not run in one snapshot: under load the numbers may disagree by
     the rows that moved between two of them.
     """
     moment = now or clock.now()
     due = _due_timers(moment).aggregate(count=Count("id"), oldest=Min("due_at"))
+    outbox = _due_outbox(moment)
+    # Pending minus due: the delayed messages still waiting, counted without reading them
+    # (there may be many more of them than of anything late).
+    outbox_pending = SagaOutboxMessage.objects.pending().count()
     return SagaStatus(
         active_instances=SagaInstance.objects.active().count(),
         timeouts_pending=SagaTimeout.objects.pending().count(),
         timeouts_due=due["count"],
         timeouts_dead_lettered=SagaTimeout.objects.dead_lettered().count(),
         timeouts_unconfirmed=0,
-        outbox_undelivered=SagaOutboxMessage.objects.pending().count(),
+        outbox_undelivered=outbox["count"],
+        outbox_scheduled=max(0, outbox_pending - outbox["count"]),
         outbox_dead_lettered=SagaOutboxMessage.objects.dead_lettered().count(),
-        lag_seconds=_lag(moment, due["oldest"], _oldest_undelivered_outbox()),
+        lag_seconds=_lag(moment, due["oldest"], outbox["oldest"]),
     )
 
 
@@ -89,7 +101,7 @@ def lag_seconds(*, now: datetime | None = None) -> float:
     """How late the oldest due timer or undelivered outbox row is, in seconds (0: none)."""
     moment = now or clock.now()
     oldest_timer = _due_timers(moment).aggregate(oldest=Min("due_at"))["oldest"]
-    return _lag(moment, oldest_timer, _oldest_undelivered_outbox())
+    return _lag(moment, oldest_timer, _due_outbox(moment)["oldest"])
 
 
 def dead_letters() -> int:
@@ -109,11 +121,12 @@ def _due_timers(now: datetime) -> SagaTimeoutQuerySet:
     return SagaTimeout.objects.pending().filter(readable, due_at__lte=now)
 
 
-def _oldest_undelivered_outbox() -> datetime | None:
-    oldest: datetime | None = SagaOutboxMessage.objects.pending().aggregate(
-        oldest=Min("created_at")
-    )["oldest"]
-    return oldest
+def _due_outbox(now: datetime) -> dict[str, Any]:
+    # How many pending rows are due at ``now`` and the oldest due time among them, down the
+    # partial index of pending rows by due time (deliver_at, else created_at).
+    return SagaOutboxMessage.objects.due(now).aggregate(
+        count=Count("id"), oldest=Min(outbox_due_at())
+    )
 
 
 def _lag(now: datetime, *oldest: datetime | None) -> float:

@@ -31,7 +31,7 @@ from bsft_saga.events import codec
 from bsft_saga.events.envelope import Envelope
 from bsft_saga.flows import activation
 from bsft_saga.flows.registry import flow_registry
-from bsft_saga.models import SagaInstance, SagaTimeout
+from bsft_saga.models import SagaInstance, SagaOutboxMessage, SagaTimeout
 from bsft_saga.outbox import deliver_pending
 from bsft_saga.publishing import publish
 from bsft_saga.querysets import SagaTimeoutQuerySet
@@ -112,11 +112,13 @@ class SagaHarness:
                 return settled
 
     def advance_time(self, delta: timedelta) -> int:
-        """Move the clock by ``delta``, firing each timer at its own due time, in order.
+        """Move the clock by ``delta``, firing each timer at its own due time, in order,
+        and delivering each delayed message at its ``deliver_at``.
 
-        Retries happen on the way too: a timer that fails is fired again at its
-        ``next_attempt_at`` if that falls inside ``delta``. Returns how many timers stopped
-        being due (fired, missed, dead-lettered, or canceled by a step woken on the way).
+        Retries happen on the way too: a timer (or outbox row) that fails is tried again at
+        its ``next_attempt_at`` if that falls inside ``delta``. Returns how many timers
+        stopped being due (fired, missed, dead-lettered, or canceled by a step woken on the
+        way).
         """
         if self._frozen is None:
             raise RuntimeError("SagaHarness is not started: use it as a context manager")
@@ -132,14 +134,17 @@ class SagaHarness:
                 self._frozen.move_to(next_ready)
             report = drain_pass()
             settled += report.timers.settled + self.drain_timeouts()
-            if next_ready <= clock.now() and not (report.found_work or report.timers.failed):
+            failed = report.timers.failed or report.outbox.failed
+            if next_ready <= clock.now() and not (report.found_work or failed):
                 break  # held by a live claim elsewhere: nothing this harness can fire
         self._frozen.move_to(target)
         return settled + self.drain_timeouts()
 
     def _next_ready(self, until: datetime) -> datetime | None:
-        """When the next pending timer becomes ready (due, or past its back-off)."""
-        ready = SagaTimeout.objects.first_ready_at()
+        """When the next pending timer or outbox row becomes ready (due, a delayed
+        message's ``deliver_at``, or past its back-off)."""
+        moments = (SagaTimeout.objects.first_ready_at(), SagaOutboxMessage.objects.first_ready_at())
+        ready = min((moment for moment in moments if moment is not None), default=None)
         return ready if ready is not None and ready <= until else None
 
     def _deliver_outbox(self) -> None:

@@ -13,8 +13,9 @@ from typing import Any
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
+from bsft_saga import clock
 from bsft_saga.db.datetimes import readable_rows, unreadable_fields
-from bsft_saga.models import SagaInstance, SagaTimeout
+from bsft_saga.models import SagaInstance, SagaOutboxMessage, SagaTimeout
 from bsft_saga.timeouts.listing import listed_timers
 
 #: The key that names a row's unreadable datetime fields (only on such a row).
@@ -39,6 +40,10 @@ TIMEOUT_FIELDS = [
     "dead_lettered_at",
     "dead_letter_reason",
 ]
+
+#: What the detail shows of a delayed message still waiting: when it will be delivered, not
+#: what it carries.
+DELAYED_MESSAGE_FIELDS = ["id", "event_type", "created_at", "deliver_at"]
 
 
 class ReadableDatetimesMixin:
@@ -69,20 +74,37 @@ class SagaTimeoutSerializer(ReadableDatetimesMixin, serializers.ModelSerializer[
         read_only_fields = TIMEOUT_FIELDS
 
 
+class SagaDelayedMessageSerializer(
+    ReadableDatetimesMixin, serializers.ModelSerializer[SagaOutboxMessage]
+):
+    class Meta:
+        model = SagaOutboxMessage
+        fields = DELAYED_MESSAGE_FIELDS
+        read_only_fields = DELAYED_MESSAGE_FIELDS
+
+
 class SagaInstanceDetailSerializer(SagaInstanceSerializer):
-    """Adds the state (plain JSON, as stored), the instance's timers and their count.
+    """Adds the state (plain JSON, as stored), the instance's timers and their count, and
+    the delayed messages its steps published that still wait for their ``deliver_at``.
 
     ``timeouts`` holds every pending timer and the ``RETIRED_TIMERS_LISTED`` newest
     retired ones (``bsft_saga.timeouts.listing``); ``timeouts_total`` counts them all, and
-    ``GET instances/<id>/timeouts/`` pages through the rest.
+    ``GET instances/<id>/timeouts/`` pages through the rest. ``delayed_messages`` lists the
+    waiting ones soonest first (their event types and times; not their payloads).
     """
 
     timeouts = serializers.SerializerMethodField()
     timeouts_total = serializers.SerializerMethodField()
+    delayed_messages = serializers.SerializerMethodField()
 
     class Meta(SagaInstanceSerializer.Meta):
-        fields = [*INSTANCE_FIELDS, "state", "timeouts", "timeouts_total"]
+        fields = [*INSTANCE_FIELDS, "state", "timeouts", "timeouts_total", "delayed_messages"]
         read_only_fields = fields
+
+    @extend_schema_field(SagaDelayedMessageSerializer(many=True))
+    def get_delayed_messages(self, instance: SagaInstance) -> Any:
+        waiting = instance.outbox_messages.waiting(clock.now()).order_by("deliver_at", "id")
+        return SagaDelayedMessageSerializer(readable_rows(waiting), many=True).data
 
     @extend_schema_field(SagaTimeoutSerializer(many=True))
     def get_timeouts(self, instance: SagaInstance) -> Any:
@@ -105,10 +127,13 @@ class SagaStatusSerializer(serializers.Serializer[dict[str, object]]):
         help_text="Fired timers still owed to a receiver; 0: no such state exists."
     )
     outbox_undelivered = serializers.IntegerField(
-        help_text="Outbox rows neither delivered nor dead-lettered."
+        help_text="Outbox rows neither delivered nor dead-lettered whose time has come."
+    )
+    outbox_scheduled = serializers.IntegerField(
+        help_text="Delayed messages waiting for their deliver_at (not undelivered, no lag)."
     )
     outbox_dead_lettered = serializers.IntegerField(help_text="Dead-lettered outbox rows.")
     lag_seconds = serializers.FloatField(
         help_text="Now minus the oldest due timer's due_at or undelivered outbox row's "
-        "created_at; 0 when there is none."
+        "deliver_at (created_at for a row delivered at once); 0 when there is none."
     )

@@ -18,6 +18,7 @@ from bsft_saga.db.datetimes import storable
 from bsft_saga.events import payloads
 from bsft_saga.events.envelope import Envelope
 from bsft_saga.events.registry import check_publishable, event_type_of
+from bsft_saga.publishing import delivery_time
 from bsft_saga.timeouts.requests import (
     RESERVED_PREFIX,
     CancelAllTimers,
@@ -32,10 +33,12 @@ S = TypeVar("S")
 
 @dataclass(frozen=True)
 class StagedEvent:
-    """An event a step published, with the payload it was validated (encoded) as."""
+    """An event a step published, with the payload it was validated (encoded) as;
+    ``deliver_at``: a delayed message's delivery time (``None``: after the commit)."""
 
     envelope: Envelope
     payload: dict[str, Any]
+    deliver_at: datetime | None = None
 
 
 @dataclass
@@ -71,18 +74,29 @@ class SagaContext(Generic[S]):
         self.effects = StepEffects()
         self._timers_asked = 0  # schedule_timeout() calls, against MAX_TIMERS_PER_STEP
 
-    def publish(self, event: Any, *, ignore_deadline: bool = False) -> Envelope:
+    def publish(
+        self,
+        event: Any,
+        *,
+        ignore_deadline: bool = False,
+        deliver_at: datetime | None = None,
+        delay: timedelta | None = None,
+    ) -> Envelope:
         """Stage ``event``; it is published after this step commits, at least once.
 
         It carries this step's correlation id and, unless ``ignore_deadline`` (for
-        compensation, which must run late too), the saga's deadline. An event type of
-        bsft_saga's own is a ``ValueError``, and so is the event beyond
+        compensation, which must run late too), the saga's deadline. ``deliver_at`` (an
+        aware datetime) or ``delay`` (from ``ctx.now``), not both, make it a delayed
+        message: its outbox row commits with the step, and the drain delivers it once that
+        time has come, never before. An event type of bsft_saga's own is a ``ValueError``,
+        and so are a delivery time ``publish()`` would refuse and the event beyond
         ``BSFT_SAGA["ENGINE"]["MAX_EVENTS_PER_STEP"]`` (1,000 by default); the step then
         leaves nothing behind.
         """
         event_type = event_type_of(event)
         where = f"ctx.publish({event_type})"
         check_publishable(event_type, where)
+        when = delivery_time(deliver_at, delay, now=self.now, where=where)
         limit = saga_settings.step_limits.max_events
         if len(self.effects.outbox) >= limit:
             raise ValueError(
@@ -101,7 +115,7 @@ class SagaContext(Generic[S]):
             deadline=deadline,
             published_at=self.now,
         )
-        self.effects.outbox.append(StagedEvent(envelope, payload))
+        self.effects.outbox.append(StagedEvent(envelope, payload, deliver_at=when))
         return envelope
 
     def mark_complete(self) -> None:

@@ -172,7 +172,7 @@ def _create(t: Transition) -> _Written:
             (SagaOutboxMessage, _outbox_rows(t)),
         ]
     )
-    outbox.deliver_after_commit([staged.envelope for staged in t.effects.outbox])
+    outbox.deliver_after_commit(_delivered_after_commit(t))
     return _Written(scheduled=len(timers))
 
 
@@ -225,12 +225,20 @@ def _inbox_row(t: Transition) -> dict[str, Any]:
 
 
 def _outbox_rows(t: Transition) -> list[dict[str, Any]]:
-    return [outbox.row_values(s.envelope, s.payload, saga_id=t.saga_id) for s in t.effects.outbox]
+    return [
+        outbox.row_values(s.envelope, s.payload, saga_id=t.saga_id, deliver_at=s.deliver_at)
+        for s in t.effects.outbox
+    ]
+
+
+def _delivered_after_commit(t: Transition) -> list[Envelope]:
+    # A delayed message is the drain's once its time has come: never handed over at commit.
+    return [s.envelope for s in t.effects.outbox if s.deliver_at is None]
 
 
 def _write_outbox(t: Transition) -> None:
     sql.insert(SagaOutboxMessage, _outbox_rows(t))
-    outbox.deliver_after_commit([s.envelope for s in t.effects.outbox])
+    outbox.deliver_after_commit(_delivered_after_commit(t))
 
 
 def _apply_timer_operations(t: Transition, canceled: int) -> _Written:

@@ -13,8 +13,9 @@ from django.urls import reverse
 from django.utils import formats
 from django.utils.timezone import localtime
 
-from bsft_saga import clock
-from bsft_saga.models import SagaAuditRecord, SagaInstance, SagaTimeout
+from bsft_saga import clock, publish
+from bsft_saga.models import SagaAuditRecord, SagaInstance, SagaOutboxMessage, SagaTimeout
+from tests.testapp.engine_events import Unrouted
 from tests.testapp.ops_flows import make_saga, make_timeout
 
 pytestmark = pytest.mark.django_db
@@ -317,3 +318,21 @@ def _readonly_value(page: Any, field_name: str) -> str:
                 if field.field["name"] == field_name:
                     return str(field.contents())
     raise AssertionError(f"{field_name} is not on the page")
+
+
+def test_a_delayed_message_is_listed_as_waiting_with_its_delivery_time(viewer: Client) -> None:
+    deliver_at = clock.now() + timedelta(hours=3)
+    waiting = publish(Unrouted("later"), deliver_at=deliver_at)
+    now = publish(Unrouted("now"), defer=True)
+
+    listed = viewer.get(_url("sagaoutboxmessage", "changelist") + "?status=waiting")
+    page = viewer.get(_url("sagaoutboxmessage", "change", waiting.message_id))
+
+    assert [r.pk for r in listed.context["cl"].result_list] == [waiting.message_id]
+    shown = formats.localize(localtime(deliver_at))
+    assert shown in listed.content.decode()  # the deliver at column
+    assert _readonly_value(page, "deliver_at") == shown
+    assert _readonly_value(page, "status") == "waiting"
+    assert _listed(viewer, "sagaoutboxmessage", "?status=ready") == {
+        SagaOutboxMessage.objects.get(pk=now.message_id)
+    }

@@ -30,8 +30,10 @@ from rest_framework.test import APIClient
 from bsft_saga import publish
 from bsft_saga.api.serializers import INSTANCE_FIELDS, TIMEOUT_FIELDS
 from bsft_saga.audit import READ_CONTENT
-from bsft_saga.models import SagaAuditRecord, SagaInstance
+from bsft_saga.models import SagaAuditRecord, SagaInstance, SagaOutboxMessage
 from tests.support.deploys import running_release
+from tests.testapp.delayed_events import InvoiceIssued
+from tests.testapp.delayed_flows import REMINDER_DELAY, InvoiceFlow
 from tests.testapp.engine_events import ProbeStarted
 from tests.testapp.events import (
     OrderCancelled,
@@ -346,11 +348,36 @@ def test_detail_adds_the_state_as_plain_json(reader: APIClient) -> None:
 
     body = reader.get(detail(saga.pk)).json()
 
-    assert set(body) == {*INSTANCE_FIELDS, "state", "timeouts", "timeouts_total"}
+    assert set(body) == {
+        *INSTANCE_FIELDS,
+        "state",
+        "timeouts",
+        "timeouts_total",
+        "delayed_messages",
+    }
     assert body["id"] == str(saga.pk)
     assert body["state"]["total"] == "250.00"
     assert body["state"]["reserved"] is False
     assert body["state"]["log"] == ["placed"]
+
+
+def test_detail_lists_the_delayed_messages_waiting_for_their_delivery_time(
+    reader: APIClient,
+) -> None:
+    publish_at(T0, InvoiceIssued("inv-1"))
+    saga = instance(InvoiceFlow, "inv-1")
+    row = SagaOutboxMessage.objects.get(saga=saga)
+
+    with freeze_time(T0 + REMINDER_DELAY - timedelta(seconds=1)):
+        waiting = reader.get(detail(saga.pk)).json()["delayed_messages"]
+    with freeze_time(T0 + REMINDER_DELAY):
+        due = reader.get(detail(saga.pk)).json()["delayed_messages"]
+
+    assert [(m["id"], m["event_type"]) for m in waiting] == [(str(row.pk), row.event_type)]
+    assert parse_datetime(waiting[0]["deliver_at"]) == T0 + REMINDER_DELAY
+    assert parse_datetime(waiting[0]["created_at"]) == T0
+    assert "payload" not in waiting[0]
+    assert due == []  # its time has come: no longer waiting
 
 
 def test_detail_state_carries_uuids_and_datetimes_as_strings(reader: APIClient) -> None:
@@ -682,20 +709,25 @@ def test_docs_group_example_grants_both_routes() -> None:
     assert client.get(detail(instance(OrderFlow, "o-1").pk)).status_code == 200
 
 
-@pytest.mark.parametrize("block", ["list", "timeout"])
+@pytest.mark.parametrize("block", ["list", "timeout", "delayed message"])
 def test_docs_response_examples_show_the_real_field_names(reader: APIClient, block: str) -> None:
     publish(QuoteSent("q-1"))
+    publish(InvoiceIssued("inv-1"))
     saga = instance(QuoteFlow, "q-1")
     page = reader.get(LIST).json()
     timeouts = reader.get(detail(saga.pk)).json()["timeouts"]
+    delayed = reader.get(detail(instance(InvoiceFlow, "inv-1").pk)).json()["delayed_messages"]
 
     if block == "list":
         documented = json.loads(_docs_example('"results": [', "json"))
         assert set(documented) == set(page)
         assert set(documented["results"][0]) == set(page["results"][0])
-    else:
+    elif block == "timeout":
         documented = json.loads(_docs_example('"name": "followup"', "json"))
         assert set(documented) == set(timeouts[0])
+    else:
+        documented = json.loads(_docs_example('"deliver_at": "2026', "json"))
+        assert set(documented) == set(delayed[0])
 
 
 def test_docs_stall_query_lists_only_the_stuck_instance(reader: APIClient) -> None:

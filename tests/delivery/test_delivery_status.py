@@ -50,7 +50,8 @@ def _timers() -> tuple[dict[DeliveryStatus, SagaTimeout], SagaTimeout]:
     return fresh, SagaTimeout.objects.get(pk=ready_again.pk)
 
 
-def _outbox_rows() -> dict[DeliveryStatus, SagaOutboxMessage]:
+def _outbox_rows() -> tuple[dict[DeliveryStatus, SagaOutboxMessage], SagaOutboxMessage]:
+    """An outbox row in each status, and a delayed message whose time has come (ready)."""
     now = clock.now()
 
     def row(**values: Any) -> SagaOutboxMessage:
@@ -58,13 +59,15 @@ def _outbox_rows() -> dict[DeliveryStatus, SagaOutboxMessage]:
             event_type="tests.engine.unrouted", payload={}, created_at=now, **values
         )
 
-    return {
+    rows = {
+        S.WAITING: row(deliver_at=now + timedelta(hours=1)),
         S.READY: row(),
         S.RETRYING: row(attempts=1, next_attempt_at=now + timedelta(seconds=5)),
         S.CLAIMED: row(claim_token=uuid.uuid4(), claimed_until=now + timedelta(minutes=5)),
         S.DELIVERED: row(delivered_at=now),
         S.DEAD_LETTERED: row(attempts=10, dead_lettered_at=now),
     }
+    return rows, row(deliver_at=now - timedelta(seconds=1))
 
 
 def test_every_timer_status_is_the_same_in_python_and_in_sql() -> None:
@@ -81,13 +84,16 @@ def test_every_timer_status_is_the_same_in_python_and_in_sql() -> None:
 
 
 def test_every_outbox_status_is_the_same_in_python_and_in_sql() -> None:
-    rows = _outbox_rows()
+    rows, delayed_and_due = _outbox_rows()
     now = clock.now()
 
     for status, row in rows.items():
         assert row.status(now) == status
+    assert delayed_and_due.status(now) == S.READY
+    everyone = [*rows.values(), delayed_and_due]
     for status in OUTBOX_STATUSES:
-        assert set(SagaOutboxMessage.objects.in_status(status, now)) == {rows[status]}
+        in_sql = set(SagaOutboxMessage.objects.in_status(status, now))
+        assert in_sql == {row for row in everyone if row.status(now) == status}, status
 
 
 def test_what_a_pass_may_claim_is_the_ready_status() -> None:

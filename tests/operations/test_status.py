@@ -37,6 +37,7 @@ KEYS = [
     "timeouts_dead_lettered",
     "timeouts_unconfirmed",
     "outbox_undelivered",
+    "outbox_scheduled",
     "outbox_dead_lettered",
     "lag_seconds",
 ]
@@ -49,6 +50,7 @@ def make_outbox(
     dead: bool = False,
     next_attempt_at: datetime | None = None,
     saga: SagaInstance | None = None,
+    deliver_at: datetime | None = None,
 ) -> SagaOutboxMessage:
     return SagaOutboxMessage.objects.create(
         id=uuid.uuid4(),
@@ -56,6 +58,7 @@ def make_outbox(
         event_type="tests.ops.noted",
         payload={"note": ""},
         created_at=created_at,
+        deliver_at=deliver_at,
         delivered_at=created_at if delivered else None,
         dead_lettered_at=created_at if dead else None,
         attempts=10 if dead else 0,
@@ -68,7 +71,8 @@ def every_kind_of_row() -> None:
     """Two active instances and one completed; timers and outbox rows in every state.
 
     The oldest late thing is the timer due 90 s ago (waiting for its retry back-off); the
-    oldest undelivered outbox row is 40 s old.
+    oldest undelivered outbox row is 40 s old. Of the two delayed messages written a day
+    ago, one came due 20 s ago (undelivered), the other waits for another ten minutes.
     """
     active = make_saga("active-1", now=NOW - timedelta(hours=1))
     make_saga("active-2", now=NOW - timedelta(hours=1))
@@ -93,6 +97,8 @@ def every_kind_of_row() -> None:
     make_outbox(created_at=NOW - timedelta(seconds=10), next_attempt_at=NOW + timedelta(minutes=1))
     make_outbox(created_at=NOW - timedelta(days=1), delivered=True)
     make_outbox(created_at=NOW - timedelta(days=2), dead=True, saga=done)
+    make_outbox(created_at=NOW - timedelta(days=1), deliver_at=NOW - timedelta(seconds=20))
+    make_outbox(created_at=NOW - timedelta(days=1), deliver_at=NOW + timedelta(minutes=10))
 
 
 EXPECTED = SagaStatus(
@@ -101,7 +107,8 @@ EXPECTED = SagaStatus(
     timeouts_due=3,  # backing-off, claimed, exactly-now
     timeouts_dead_lettered=2,
     timeouts_unconfirmed=0,
-    outbox_undelivered=2,
+    outbox_undelivered=3,
+    outbox_scheduled=1,
     outbox_dead_lettered=1,
     lag_seconds=90.0,
 )
@@ -119,6 +126,7 @@ def test_status_reads_the_clock_when_no_time_is_given(every_kind_of_row: None) -
         status = saga_status()
 
     assert status.timeouts_due == 4  # "later" fell due too
+    assert (status.outbox_undelivered, status.outbox_scheduled) == (4, 0)  # so did its message
     assert status.lag_seconds == 90.0 + 600.0
 
 
@@ -138,6 +146,22 @@ def test_the_lag_counts_an_undelivered_outbox_row_when_no_timer_is_due() -> None
     make_outbox(created_at=NOW - timedelta(seconds=12))
 
     assert saga_status(now=NOW).lag_seconds == 12.0
+
+
+def test_the_lag_counts_a_delayed_message_from_its_deliver_at() -> None:
+    make_outbox(created_at=NOW - timedelta(days=3), deliver_at=NOW - timedelta(seconds=12))
+
+    status = saga_status(now=NOW)
+    assert (status.outbox_undelivered, status.outbox_scheduled) == (1, 0)
+    assert status.lag_seconds == 12.0
+
+
+def test_a_delayed_message_waiting_for_its_time_is_scheduled_and_adds_no_lag() -> None:
+    make_outbox(created_at=NOW - timedelta(days=3), deliver_at=NOW + timedelta(days=30))
+
+    status = saga_status(now=NOW)
+    assert (status.outbox_undelivered, status.outbox_scheduled) == (0, 1)
+    assert status.lag_seconds == 0
 
 
 def test_a_timer_that_is_not_yet_due_adds_no_lag() -> None:
@@ -331,6 +355,7 @@ def _fill_with_history() -> None:
     make_timeout(live, "dead", outcome=TimeoutOutcome.DEAD_LETTERED)
     make_outbox(created_at=NOW - timedelta(seconds=3))
     make_outbox(created_at=NOW - timedelta(days=1), dead=True)
+    make_outbox(created_at=NOW - timedelta(days=1), deliver_at=NOW + timedelta(days=1))
     with connection.cursor() as cursor:
         for table in (instance, timeout, outbox):
             cursor.execute(f"ANALYZE {table}")
@@ -353,6 +378,7 @@ def test_every_status_query_reads_a_partial_index_beside_a_million_retired_timer
         status = saga_status(now=NOW)
 
     assert (status.timeouts_pending, status.timeouts_due, status.lag_seconds) == (2, 1, 5.0)
+    assert (status.outbox_undelivered, status.outbox_scheduled) == (1, 1)
     assert (status.active_instances, status.dead_letters) == (1, 2)
     big_tables = {
         SagaInstance._meta.db_table,
