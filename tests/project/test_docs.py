@@ -71,6 +71,8 @@ COPIED_FROM = {
     ],
     "docs/testing.md": ["tests.flows.test_harness_flows"],
     "docs/celery.md": ["bsft_saga.tasks"],
+    "docs/timeouts.md": ["tests.testapp.delayed_flows"],
+    "docs/deadlines.md": ["tests.testapp.delayed_flows"],
     "docs/flows.md": [
         "tests.testapp.events",
         "tests.testapp.engine_events",
@@ -141,3 +143,5 @@ def test_the_copied_pages_show_the_test_apps_flow_and_events() -> None:
     assert {"OrderPlaced", "OrderState", "OrderFlow"} <= shown["docs/getting-started.md"]
     assert {"OrderFlow", "place_order"} <= shown["docs/flows.md"]
     assert shown["docs/testing.md"] == {"test_events_for_flows_outside_the_list_create_nothing"}
+    assert {"_issue", "InvoiceFlow"} <= shown["docs/timeouts.md"]
+    assert {"_shipment_budget", "ShipmentFlow"} <= shown["docs/deadlines.md"]
