@@ -33,9 +33,12 @@ __all__ = [
     "CHUNK_SIZES",
     "insert",
     "insert_together",
+    "select",
     "select_one",
     "update",
+    "update_each",
     "update_then_insert",
+    "update_then_insert_each",
 ]
 
 #: The row counts of the multi-row INSERTs a large insert is split into, largest first
@@ -192,6 +195,141 @@ def update_then_insert(
         return int(cursor.rowcount)
 
 
+def update_each(
+    model: type[models.Model],
+    values: Mapping[str, Any],
+    where: Mapping[str, Any],
+    pks: Sequence[Any],
+) -> set[Any]:
+    """``update()`` the rows whose primary key is in ``pks`` (and that match ``where``),
+    all with the same ``values``; return the primary keys of those it matched.
+
+    On PostgreSQL one statement (``… WHERE pk = ANY(%s) … RETURNING pk``); elsewhere one
+    ``update()`` per row.
+    """
+    pk = model._meta.pk
+    assert pk is not None
+    if not pks:
+        return set()
+    if connection.vendor != "postgresql":
+        return {key for key in pks if update(model, values, {pk.name: key, **where})}
+    nulls = frozenset(name for name, value in where.items() if value is None)
+    sql = _update_each_sql(model, tuple(values), tuple(where), nulls)
+    params = _update_params(model, values, where, nulls)
+    keys = [pk.get_db_prep_value(key, connection, prepared=False) for key in pks]
+    with connection.cursor() as cursor:
+        cursor.execute(sql, [*params, keys])
+        return {row[0] for row in cursor.fetchall()}
+
+
+@cache
+def _update_each_sql(
+    model: type[models.Model],
+    set_names: tuple[str, ...],
+    where_names: tuple[str, ...],
+    nulls: frozenset[str],
+) -> str:
+    pk = model._meta.pk
+    assert pk is not None
+    column = _quoted(pk.column)
+    update_sql = _update_sql(model, set_names, where_names, nulls, "postgresql")
+    return f"{update_sql} AND {column} = ANY(%s) RETURNING {column}"
+
+
+def update_then_insert_each(
+    model: type[models.Model],
+    rows: Sequence[tuple[Mapping[str, Any], Mapping[str, Any]]],
+    then: tuple[type[models.Model], Sequence[Mapping[str, Any]]],
+) -> set[Any]:
+    """``update_then_insert()`` for several rows, each ``(values, where)`` with its own
+    ``then`` row (in the same order); return the primary keys of the rows it matched.
+
+    Every ``where`` names the primary key, and the rows name the same fields (and the same
+    ``None`` s in ``where``). On PostgreSQL one statement: the rows are locked in the order
+    of their primary keys first (the lock order of every transaction that writes several),
+    then each is updated if its ``where`` holds, and the ``then`` rows of those inserted.
+    Elsewhere one ``update_then_insert()`` per row.
+    """
+    into, inserted = then
+    assert len(rows) == len(inserted)
+    if not rows:
+        return set()
+    pk = model._meta.pk
+    assert pk is not None
+    if connection.vendor != "postgresql":
+        return {
+            where[pk.name]
+            for (values, where), row in zip(rows, inserted, strict=True)
+            if update_then_insert(model, values, where, then=(into, row))
+        }
+    values, where = rows[0]
+    nulls = frozenset(name for name, value in where.items() if value is None)
+    set_names, where_names, insert_names = tuple(values), tuple(where), tuple(inserted[0])
+    sql = _update_then_insert_each_sql(model, set_names, where_names, nulls, into, insert_names)
+    insert_fields = _insert_fields(into, insert_names)
+    # One array per column: the statement's text is the same whatever the number of rows.
+    columns: list[list[Any]] = []
+    for (values, where), row in zip(rows, inserted, strict=True):
+        assert (tuple(values), tuple(where), tuple(row)) == (set_names, where_names, insert_names)
+        params = _update_params(model, values, where, nulls) + _row_params(insert_fields, row)
+        if not columns:
+            columns = [[] for _ in params]
+        for column, param in zip(columns, params, strict=True):
+            column.append(param)
+    with connection.cursor() as cursor:
+        cursor.execute(sql, columns)
+        return {row[0] for row in cursor.fetchall()}
+
+
+@cache
+def _update_then_insert_each_sql(
+    model: type[models.Model],
+    set_names: tuple[str, ...],
+    where_names: tuple[str, ...],
+    nulls: frozenset[str],
+    into: type[models.Model],
+    insert_names: tuple[str, ...],
+) -> str:
+    """PostgreSQL: ``WITH "v" AS (the rows: an array per column, unnested), "l" AS (lock
+    them in key order), "w0" AS (UPDATE … FROM "v" … RETURNING pk), "w1" AS (INSERT the
+    ``then`` rows of those "w0" updated) SELECT pk FROM "w0"``."""
+    pk = model._meta.pk
+    assert pk is not None
+    table, key = _quoted(model._meta.db_table), _quoted(pk.column)
+    set_fields = [_field(model, name) for name in set_names]
+    where_fields = [_field(model, name) for name in where_names if name not in nulls]
+    insert_fields = _insert_fields(into, insert_names)
+    every = [*set_fields, *where_fields, *insert_fields]
+    names = [_quoted(f"c{n}") for n in range(len(every))]
+    set_columns = names[: len(set_fields)]
+    where_columns = names[len(set_fields) : len(set_fields) + len(where_fields)]
+    insert_columns = names[len(set_fields) + len(where_fields) :]
+    arrays = ", ".join(f"CAST(%s AS {field.db_type(connection)}[])" for field in every)
+    sets = ", ".join(
+        f"{_quoted(field.column)} = v.{name}"
+        for field, name in zip(set_fields, set_columns, strict=True)
+    )
+    conditions = [
+        f"i.{_quoted(field.column)} = v.{name}"
+        for field, name in zip(where_fields, where_columns, strict=True)
+    ]
+    conditions += [f"i.{_quoted(_field(model, name).column)} IS NULL" for name in sorted(nulls)]
+    conditions.append(f'i.{key} IN (SELECT {key} FROM "l")')
+    by_key = where_columns[[field.primary_key for field in where_fields].index(True)]
+    inserted = ", ".join(_quoted(field.column) for field in insert_fields)
+    selected = ", ".join(f"v.{name}" for name in insert_columns)
+    return (
+        f'WITH "v" AS (SELECT * FROM unnest({arrays}) AS v({", ".join(names)})), '
+        f'"l" AS MATERIALIZED (SELECT {key} FROM {table} WHERE {key} IN '
+        f'(SELECT {by_key} FROM "v") ORDER BY {key} FOR UPDATE), '
+        f'"w0" AS (UPDATE {table} AS i SET {sets} FROM "v" WHERE {" AND ".join(conditions)} '
+        f"RETURNING i.{key}), "
+        f'"w1" AS (INSERT INTO {_quoted(into._meta.db_table)} ({inserted}) '
+        f'SELECT {selected} FROM "v" JOIN "w0" ON "w0".{key} = v.{by_key}) '
+        f'SELECT {key} FROM "w0"'
+    )
+
+
 @cache
 def _update_then_insert_sql(
     model: type[models.Model],
@@ -226,6 +364,22 @@ def select_one(
         return None
     converters = _converters(tuple(columns), connection.vendor)
     return tuple(_convert(value, pairs) for value, pairs in zip(row, converters, strict=True))
+
+
+def select(
+    sql: str, params: Sequence[Any], columns: Sequence[tuple[type[models.Model], str] | None]
+) -> list[tuple[Any, ...]]:
+    """``select_one()`` for every row the query returns."""
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        rows = cursor.fetchall()
+    converters = _converters(tuple(columns), connection.vendor)
+    if not any(converters):
+        return [tuple(row) for row in rows]
+    return [
+        tuple(_convert(value, pairs) for value, pairs in zip(row, converters, strict=True))
+        for row in rows
+    ]
 
 
 def _convert(value: Any, converters: tuple[tuple[Any, Any], ...]) -> Any:

@@ -10,6 +10,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar
 
+from django.db.models import prefetch_related_objects
+
 from bsft_saga.events.envelope import Envelope
 from bsft_saga.models import DeliveryRow
 from bsft_saga.querysets import DeliveryQuerySet
@@ -105,6 +107,16 @@ class Channel(ABC, Generic[R]):
     def load(self, rows: DeliveryQuerySet[R]) -> DeliveryQuerySet[R]:
         """``rows`` with what delivering them needs loaded along."""
         return rows.select_related(*self.related) if self.related else rows
+
+    def load_related(self, rows: list[R]) -> dict[Any, Any]:
+        """Load the related rows of ``rows`` (claimed, about to be delivered); return what
+        was read along for the steps they wake, by row pk (nothing, by default).
+
+        The pass hands a row's entry to the lookup of the step its event wakes, which then
+        needs no query of its own (see :mod:`bsft_saga.engine.lookup`).
+        """
+        prefetch_related_objects(rows, *self.related)
+        return {}
 
     def held(self, token: Any) -> DeliveryQuerySet[R]:
         """Pending rows that still carry the claim ``token``."""

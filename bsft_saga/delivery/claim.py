@@ -5,12 +5,12 @@ from __future__ import annotations
 import logging
 import uuid
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, Generic
 
 from django.db import DataError, connection, transaction
-from django.db.models import F, QuerySet, prefetch_related_objects
+from django.db.models import F, QuerySet
 
 from bsft_saga import telemetry
 from bsft_saga.conf import saga_settings
@@ -38,6 +38,9 @@ class Claimed(Generic[R]):
     dead_lettered: list[R]
     #: Rows (or their sagas) holding a value that cannot be read back: dead-lettered.
     unreadable: int = 0
+    #: What the channel read along for the steps the rows wake, by row pk
+    #: (:meth:`~bsft_saga.delivery.channel.Channel.load_related`).
+    known: dict[Any, Any] = field(default_factory=dict)
 
 
 def claim(
@@ -79,7 +82,7 @@ def claim(
             # alone, down the ready index; the related rows of those it took are loaded
             # after it (joined into it, the planner may read every saga before the LIMIT).
             locking = candidates.select_for_update(skip_locked=True)
-            read, unreadable = _readable(channel, locking[:limit])
+            read, unreadable, known = _readable(channel, locking[:limit])
             _give_up_unreadable(channel, every_row, unreadable, now)
             rows, given_up = _sort_out(read, max_attempts)
             _give_up(channel, every_row.filter(pk__in=_pks(given_up)), given_up, now)
@@ -89,16 +92,17 @@ def claim(
         # Read which rows are ready outside the transaction (one that reads first and
         # writes later can be refused SQLite's write lock), then write with the
         # conditions again: only rows still claimable while the UPDATE runs are taken.
-        read, unreadable = _readable(channel, candidates[:limit], related=False)
+        read, unreadable, known = _readable(channel, candidates[:limit], related=False)
         rows, given_up = _sort_out(read, max_attempts)
-        prefetch_related_objects(given_up, *channel.related)  # the claimed ones: reloaded
+        channel.load_related(given_up)  # the claimed ones: reloaded
         with transaction.atomic():
             still_claimable = channel.claimable(now)
             _give_up_unreadable(channel, still_claimable, unreadable, now)
             _give_up(channel, still_claimable.filter(pk__in=_pks(given_up)), given_up, now)
             if rows:
                 still_claimable.filter(pk__in=_pks(rows)).update(**fields, **_counted(rows))
-                rows, also = _readable(channel, channel.load(channel.held(token)).in_ready_order())
+                held = channel.held(token).in_ready_order()
+                rows, also, known = _readable(channel, held)
                 _give_up_unreadable(channel, channel.held(token), also, now)
                 unreadable += also
     for row in rows:
@@ -107,7 +111,7 @@ def claim(
         telemetry.count(channel.dead_lettered_counter, channel.saga_type(row))
     if unreadable:
         telemetry.count(channel.dead_lettered_counter, "", len(unreadable))
-    return Claimed(rows, given_up, len(unreadable))
+    return Claimed(rows, given_up, len(unreadable), known)
 
 
 #: What a value the driver cannot read back raises while rows load: psycopg's "timestamp
@@ -117,32 +121,31 @@ _UNREADABLE_ERRORS = (DataError, ValueError, OverflowError)
 
 def _readable(
     channel: Channel[R], rows: QuerySet[R], *, related: bool = True
-) -> tuple[list[R], list[tuple[Any, str]]]:
+) -> tuple[list[R], list[tuple[Any, str]], dict[Any, Any]]:
     """Load ``rows`` (with their related rows, if ``related``); those that cannot be read,
-    as ``(pk, reason)``.
+    as ``(pk, reason)``; and what the channel read along (``Channel.load_related``).
 
     A row written by an earlier release, or by hand, may hold a value its driver cannot
     read back (a date after the year 9999 in UTC). Loaded with the others it would fail
     every claim, and be the first ready row of each: no row would ever be delivered again.
     Such a load is retried row by row (rare: it costs one query per row of that batch).
     """
-    lookups = channel.related if related else ()
     try:
         loaded = list(rows)
-        prefetch_related_objects(loaded, *lookups)
-        return loaded, []
+        return loaded, [], channel.load_related(loaded) if related else {}
     except _UNREADABLE_ERRORS:
         pass
-    loaded, unreadable = [], []
+    loaded, unreadable, known = [], [], {}
     for pk in rows.values_list("pk", flat=True):
         try:
             row = channel.all_rows().get(pk=pk)
-            prefetch_related_objects([row], *lookups)
+            if related:
+                known.update(channel.load_related([row]))
         except _UNREADABLE_ERRORS as exc:
             unreadable.append((pk, f"{UNREADABLE}: {failure_reason(exc)}"))
         else:
             loaded.append(row)
-    return loaded, unreadable
+    return loaded, unreadable, known
 
 
 #: How a row whose stored values cannot be read back is dead-lettered.

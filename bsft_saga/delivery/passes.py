@@ -107,7 +107,12 @@ def run_pass(
         # Sorting out wrote a commit of its own: check the rest is still held before delivering.
         rechecked = sorted_out.to_deliver is not claimed.rows
         report = deliver_claimed(
-            channel, sorted_out.to_deliver, token, guard=guard, check_first=rechecked
+            channel,
+            sorted_out.to_deliver,
+            token,
+            guard=guard,
+            check_first=rechecked,
+            known=claimed.known,
         )
     return report + DeliveryReport(
         delivered=recovered.delivered,
@@ -124,8 +129,14 @@ def deliver_claimed(
     *,
     guard: recovery.Guard | None = None,
     check_first: bool = False,
+    known: dict[Any, Any] | None = None,
 ) -> DeliveryReport:
     """Deliver ``rows``, which ``token`` claimed (each with its ``claimed_until``).
+
+    ``known``: what the claim read of the rows' sagas, by row pk (``Claimed.known``), for
+    the lookups of the steps they wake. A row's entry is used while it is fresh: for one
+    commit interval after the claim, and only if the pass has committed nothing to that
+    saga since.
 
     After each commit, and past half the lease, the pass checks which of the rows still to
     come it holds (renewing their lease in the second case): those canceled, replaced or
@@ -135,6 +146,7 @@ def deliver_claimed(
     """
     delivery = _Pass(channel, token, saga_settings.timeouts, guard or recovery.Guard())
     delivery.stale = check_first
+    delivery.known = dict(known or {})
     return delivery.run(rows)
 
 
@@ -169,6 +181,11 @@ class _Pass(Generic[R]):
         #: (the claim itself is such a check).
         self.stale = False
         self.conflicts: dict[Any, int] = {}
+        #: What the claim read of the rows' sagas (``deliver_claimed``), until it expires or
+        #: the pass commits to the saga.
+        self.known: dict[Any, Any] = {}
+        self.known_until = _stopwatch() + COMMIT_INTERVAL
+        self.committed_sagas: set[Any] = set()
         self.outcomes: Counter[Outcome] = Counter()
         self.counted: Counter[tuple[str, str]] = Counter()
 
@@ -244,6 +261,15 @@ class _Pass(Generic[R]):
                 self.queue.appendleft(row)
                 return
 
+    def _known(self, row: R) -> Any:
+        """What the claim read of ``row``'s saga, if it still holds (taken once)."""
+        known = self.known.pop(row.pk, None)
+        if known is None or _stopwatch() >= self.known_until:
+            return None
+        if self.channel.saga_of(row) in self.committed_sagas:
+            return None
+        return known
+
     def _interval_over(self) -> bool:
         started = self.group_started
         return started is not None and _stopwatch() - started >= COMMIT_INTERVAL
@@ -260,7 +286,7 @@ class _Pass(Generic[R]):
             envelope = channel.envelope(row, self.token)
             self.unit = unit
             with (
-                delivering(envelope.message_id, self),
+                delivering(envelope.message_id, self, self._known(row)),
                 channel.publishing(row),
                 transaction.atomic() if self.nested else contextlib.nullcontext(),
             ):
@@ -305,6 +331,7 @@ class _Pass(Generic[R]):
         if not self.group:
             return
         in_flight = self.guard.in_flight
+        self.committed_sagas |= self.group.sagas
         try:
             committed = self.group.commit()
         except BaseException:

@@ -11,7 +11,7 @@ event that a receiver publishes meanwhile is handled, and committed, as any othe
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
@@ -21,9 +21,25 @@ from typing import Any, Protocol
 class LostRace(Exception):
     """A staged window found its saga changed since it was planned (or created first).
 
-    Raised by :meth:`StagedWindow.write` having written nothing that its savepoint keeps:
-    the pass rolls back the row's writes and delivers the row again, against fresh state.
+    Raised by :meth:`StagedWindow.lock` having written nothing (its first statement, the
+    version check, matched no row): the pass drops the row's writes and delivers the row
+    again, against fresh state.
     """
+
+
+@dataclass(frozen=True)
+class Advance:
+    """The version-checked advance of an existing saga, as data: what
+    ``sql.update_then_insert(model, values, where, then)`` writes.
+
+    A pass writing a group of such windows writes their advances in one statement
+    (``sql.update_then_insert_each``) instead of one :meth:`StagedWindow.lock` each.
+    """
+
+    model: type[Any]
+    values: Mapping[str, Any]
+    where: Mapping[str, Any]  # the primary key, and the version the plan read
+    then: tuple[type[Any], Mapping[str, Any]]  # the inbox row, written if the advance was
 
 
 class StagedWindow(Protocol):
@@ -36,11 +52,22 @@ class StagedWindow(Protocol):
     creates: bool
 
     def lock(self) -> None:
-        """Write what locks the saga (its version-checked advance, or its insert), inside
-        the caller's savepoint; ``LostRace`` if it lost a race."""
+        """Write what locks the saga (its version-checked advance, or its insert); raise
+        ``LostRace``, having written nothing, if it lost a race.
+
+        The pass may run it without a savepoint of the row's own (a group written at
+        once): a lost race must be found by a statement that then wrote nothing, and any
+        other failure is an exception, after which the pass rolls back and writes again.
+        """
+
+    def advance(self) -> Advance | None:
+        """What :meth:`lock` writes, as data, when it is the version-checked advance of an
+        existing saga (``None`` otherwise): a pass may write it instead of calling
+        :meth:`lock`, together with the advances of other windows."""
 
     def write(self) -> None:
-        """Write the rest of the window (timers, outbox rows), after :meth:`lock`."""
+        """Write the rest of the window (timers, outbox rows), after :meth:`lock` (or its
+        :meth:`advance`)."""
 
     def lost_a_race(self) -> bool:
         """After an ``IntegrityError`` (rolled back): whether a concurrent write caused it."""
@@ -60,19 +87,26 @@ class Stager(Protocol):
         """
 
 
-@dataclass(frozen=True)
 class _Delivering:
-    message_id: uuid.UUID
-    stager: Stager
+    __slots__ = ("known", "message_id", "stager")
+
+    def __init__(self, message_id: uuid.UUID, stager: Stager, known: Any) -> None:
+        self.message_id = message_id
+        self.stager = stager
+        self.known = known
 
 
 _current: ContextVar[_Delivering | None] = ContextVar("bsft_saga_delivering", default=None)
 
 
 @contextmanager
-def delivering(message_id: uuid.UUID, stager: Stager) -> Iterator[None]:
-    """While the envelope ``message_id`` is sent, steps it wakes stage with ``stager``."""
-    marker = _current.set(_Delivering(message_id, stager))
+def delivering(message_id: uuid.UUID, stager: Stager, known: Any = None) -> Iterator[None]:
+    """While the envelope ``message_id`` is sent, steps it wakes stage with ``stager``.
+
+    ``known``: what the pass read of the row's saga when it claimed the row, for the lookup
+    of the step it wakes (:func:`known`), or ``None``.
+    """
+    marker = _current.set(_Delivering(message_id, stager, known))
     try:
         yield
     finally:
@@ -85,3 +119,20 @@ def stager_for(envelope: Any) -> Stager | None:
     if current is None or current.message_id != envelope.message_id:
         return None
     return current.stager
+
+
+def known(message_id: uuid.UUID) -> Any:
+    """What the pass delivering the envelope ``message_id`` read of its row's saga at the
+    claim (see :func:`delivering`), or ``None``."""
+    current = _current.get()
+    if current is None or current.message_id != message_id:
+        return None
+    return current.known
+
+
+def forget_known(message_id: uuid.UUID) -> None:
+    """Drop what :func:`known` holds: it answered once, and a plan made again (after the
+    pass committed what it held for the saga) must read the saga afresh."""
+    current = _current.get()
+    if current is not None and current.message_id == message_id:
+        current.known = None

@@ -7,6 +7,13 @@ event, also a finished instance of the key that handled the message (a redeliver
 event starts nothing).
 It is written once as SQL (see :mod:`bsft_saga.db.sql` for why); its columns come back as the
 ORM converts them.
+
+A pass firing timers asks the same for its whole batch in the one query that loads the
+timers' sagas after the claim (:func:`firing_sagas`); the step a timer wakes then finds its
+answer here (:func:`instance_for`) instead of asking again, unless the pass has committed
+to that saga since, or the answer is older than a commit interval (see
+:mod:`bsft_saga.delivery.passes`). An answer that went stale all the same costs a lost
+version race, never a wrong write: everything it says moves the saga's version on.
 """
 
 from __future__ import annotations
@@ -20,6 +27,7 @@ from typing import Any
 from django.db import connection
 
 from bsft_saga.db import sql
+from bsft_saga.delivery import staging
 from bsft_saga.models import SagaInboxEntry, SagaInstance, SagaTimeout, TimeoutScope
 
 #: The instance columns a plan needs (``handled`` is added by the query).
@@ -53,6 +61,26 @@ class Found:
     step_timers_pending: bool
 
 
+@dataclass(frozen=True)
+class Known:
+    """The answer :func:`instance_for` would give for the event of the timer ``firing``,
+    read when its pass claimed it."""
+
+    saga_type: str
+    firing: int
+    found: Found
+
+    def answers(self, saga_type: str, correlation_key: str, firing: int | None) -> bool:
+        """Whether this is the answer to that question: the timer's own active saga."""
+        found = self.found
+        return (
+            firing == self.firing
+            and saga_type == self.saga_type
+            and correlation_key == found.correlation_key
+            and not found.is_complete
+        )
+
+
 _CONVERTED = (*((SagaInstance, name) for name in _COLUMNS), None, None)  # the two EXISTS
 
 
@@ -68,8 +96,13 @@ def instance_for(
     ``message_id``; ``None`` if neither.
 
     ``firing``: the id of the timer whose event this is. It is still pending until the
-    pass stamps it, but it is not a timer that ending the wait has to cancel.
+    pass stamps it, but it is not a timer that ending the wait has to cancel. Its pass may
+    know the answer already (:func:`firing_sagas`): it is then taken, once, without a query.
     """
+    known = staging.known(message_id)
+    if isinstance(known, Known) and known.answers(saga_type, correlation_key, firing):
+        staging.forget_known(message_id)
+        return known.found
     message = SagaInboxEntry._meta.get_field("message_id").get_db_prep_value(
         message_id, connection, prepared=False
     )
@@ -80,6 +113,10 @@ def instance_for(
     row = sql.select_one(_sql(or_finished, connection.vendor), params, _CONVERTED)
     if row is None:
         return None
+    return _found(row)
+
+
+def _found(row: tuple[Any, ...]) -> Found:
     pk, key, step_index, version, state, deadline, flow_version, is_complete, *exists = row
     return Found(
         pk=pk,
@@ -95,24 +132,106 @@ def instance_for(
     )
 
 
+@dataclass(frozen=True)
+class FiringSaga:
+    """A claimed timer's saga: its row, and what :func:`instance_for` would answer."""
+
+    instance: SagaInstance
+    known: Known
+
+
+def firing_sagas(timers: list[SagaTimeout]) -> dict[int, FiringSaga]:
+    """The saga of each of ``timers`` (claimed, about to fire), by timer id: one query.
+
+    Each comes with the lookup's answer for the timer's event, had the saga's flow and key
+    asked for it now (:class:`Known`).
+    """
+    if not timers:
+        return {}
+    placeholders = ", ".join(["%s"] * len(timers))
+    params: list[Any] = [TimeoutScope.STEP.value, *(timer.pk for timer in timers)]
+    rows = sql.select(_firing_sql(connection.vendor).format(ids=placeholders), params, _FIRING)
+    names = [field.attname for field in _INSTANCE_FIELDS]
+    found: dict[int, FiringSaga] = {}
+    for timer_id, *values, handled, step_timers_pending in rows:
+        instance = SagaInstance.from_db(connection.alias, names, values)
+        columns = [getattr(instance, name) for name in _COLUMNS]
+        known = Known(
+            saga_type=instance.saga_type,
+            firing=timer_id,
+            found=_found((*columns, handled, step_timers_pending)),
+        )
+        found[timer_id] = FiringSaga(instance, known)
+    return found
+
+
+_INSTANCE_FIELDS = tuple(SagaInstance._meta.concrete_fields)
+_FIRING = (
+    (SagaTimeout, "id"),
+    *((SagaInstance, field.name) for field in _INSTANCE_FIELDS),
+    None,
+    None,
+)
+
+
+@cache
+def _firing_sql(vendor: str) -> str:
+    """The sagas of the timers ``{ids}`` (a placeholder per id), with the lookup's answers.
+
+    On PostgreSQL each answer is a ``LATERAL`` subquery with a ``LIMIT``: probed per timer
+    down an index. Written as ``EXISTS``, the planner may hash the whole inbox instead
+    (cheaper on paper for up to some ten thousand rows), a cost that grows with the table.
+    """
+    quote = connection.ops.quote_name
+    instances = quote(SagaInstance._meta.db_table)
+    timers = quote(SagaTimeout._meta.db_table)
+    columns = ", ".join(f"i.{quote(str(field.column))}" for field in _INSTANCE_FIELDS)
+    saga, pk = quote("saga_id"), quote("id")
+    handled, step_timers = _answers(message=f"t.{quote('message_id')}", firing=f"t.{pk}")
+    joined = f"{timers} t JOIN {instances} i ON i.{pk} = t.{saga}"
+    if vendor == "postgresql":
+        return (
+            f'SELECT t.{pk}, {columns}, "h"."one" IS NOT NULL, "p"."one" IS NOT NULL FROM '
+            f'{joined} LEFT JOIN LATERAL (SELECT 1 AS one {handled} LIMIT 1) "h" ON true '
+            f'LEFT JOIN LATERAL (SELECT 1 AS one {step_timers} LIMIT 1) "p" ON true '
+            f"WHERE t.{pk} IN ({{ids}})"
+        )
+    return (
+        f"SELECT t.{pk}, {columns}, EXISTS (SELECT 1 {handled}), "
+        f"EXISTS (SELECT 1 {step_timers}) FROM {joined} WHERE t.{pk} IN ({{ids}})"
+    )
+
+
+def _answers(*, message: str, firing: str) -> tuple[str, str]:
+    """The ``FROM … WHERE …`` of the lookup's two answers about the instance ``i``: has it
+    handled the message ``message``, and is a step-scoped timer other than ``firing``
+    pending? (The scope is a parameter, before ``firing``.)"""
+    quote = connection.ops.quote_name
+    inbox = quote(SagaInboxEntry._meta.db_table)
+    timers = quote(SagaTimeout._meta.db_table)
+    saga, pk = quote("saga_id"), quote("id")
+    handled = f"FROM {inbox} e WHERE e.{saga} = i.{pk} AND e.{quote('message_id')} = {message}"
+    step_timers = (
+        f"FROM {timers} s WHERE s.{saga} = i.{pk} AND s.{quote('scope')} = %s "
+        f"AND s.{quote('dispatched_at')} IS NULL AND s.{pk} <> {firing}"
+    )
+    return handled, step_timers
+
+
 @cache
 def _sql(or_finished: bool, vendor: str) -> str:
     quote = connection.ops.quote_name
     instances = quote(SagaInstance._meta.db_table)
     inbox = quote(SagaInboxEntry._meta.db_table)
-    timers = quote(SagaTimeout._meta.db_table)
     columns = ", ".join(f"i.{quote(name)}" for name in _COLUMNS)
     saga, message, pk = quote("saga_id"), quote("message_id"), quote("id")
-    handled = f"EXISTS (SELECT 1 FROM {inbox} e WHERE e.{saga} = i.{pk} AND e.{message} = %s)"
-    step_timers = (
-        f"EXISTS (SELECT 1 FROM {timers} t WHERE t.{saga} = i.{pk} AND t.{quote('scope')} = %s "
-        f"AND t.{quote('dispatched_at')} IS NULL AND t.{pk} <> %s)"
-    )
+    handled, step_timers = _answers(message="%s", firing="%s")
     which = f"NOT i.{quote('is_complete')}"
     if or_finished:
         which = f"({which} OR i.{pk} IN (SELECT f.{saga} FROM {inbox} f WHERE f.{message} = %s))"
     return (
-        f"SELECT {columns}, {handled}, {step_timers} FROM {instances} i "
-        f"WHERE i.{quote('saga_type')} = %s AND i.{quote('correlation_key')} = %s AND {which} "
+        f"SELECT {columns}, EXISTS (SELECT 1 {handled}), EXISTS (SELECT 1 {step_timers}) "
+        f"FROM {instances} i WHERE i.{quote('saga_type')} = %s "
+        f"AND i.{quote('correlation_key')} = %s AND {which} "
         f"ORDER BY i.{quote('is_complete')} LIMIT 1"
     )

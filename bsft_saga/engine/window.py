@@ -118,6 +118,10 @@ class _Staged:
         else:
             _advance_version(t)
 
+    def advance(self) -> staging.Advance | None:
+        # What lock() writes for an existing saga, for a pass writing its group's together.
+        return None if self.creates else _advance_of(self.transition)
+
     def write(self) -> None:
         t = self.transition
         if not t.is_new:
@@ -184,14 +188,18 @@ def _advance(t: Transition) -> _Written:
 def _advance_version(t: Transition) -> None:
     # The version-checked update comes first (it also locks the row); the inbox row only
     # if it matched: one statement on PostgreSQL.
-    updated = sql.update_then_insert(
+    advance = _advance_of(t)
+    if not sql.update_then_insert(advance.model, advance.values, advance.where, advance.then):
+        raise VersionConflict
+
+
+def _advance_of(t: Transition) -> staging.Advance:
+    return staging.Advance(
         SagaInstance,
         {"version": t.expected_version + 1, **_progress(t)},
         {"id": t.saga_id, "version": t.expected_version, "is_complete": False},
         then=(SagaInboxEntry, _inbox_row(t)),
     )
-    if not updated:
-        raise VersionConflict
 
 
 def _advance_rest(t: Transition) -> _Written:

@@ -15,6 +15,7 @@ from django.db.models import F
 from bsft_saga import clock, telemetry
 from bsft_saga.conf import TimeoutSettings
 from bsft_saga.delivery.channel import Channel, Sorted
+from bsft_saga.engine import lookup
 from bsft_saga.events import codec
 from bsft_saga.events.envelope import Envelope, TimerOrigin
 from bsft_saga.events.registry import event_class, event_type_of
@@ -86,6 +87,15 @@ class TimerChannel(Channel[SagaTimeout]):
 
     def saga_of(self, row: SagaTimeout) -> uuid.UUID:
         return row.saga_id
+
+    def load_related(self, rows: list[SagaTimeout]) -> dict[Any, Any]:
+        """Each timer's saga, and the lookup's answer for the step its event wakes there:
+        one query for the batch (:func:`bsft_saga.engine.lookup.firing_sagas`)."""
+        sagas = lookup.firing_sagas(rows)
+        cache = SagaTimeout.saga.field.set_cached_value
+        for row in rows:
+            cache(row, sagas[row.pk].instance)
+        return {timer_id: saga.known for timer_id, saga in sagas.items()}
 
     def sort_out(
         self, rows: list[SagaTimeout], token: uuid.UUID, config: TimeoutSettings, now: datetime
