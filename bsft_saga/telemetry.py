@@ -37,7 +37,10 @@ The meter and the tracer are obtained at first use, never at import, so a provid
 host installs after importing bsft_saga (in ``settings.py``, ``wsgi.py``, a Celery signal)
 still receives everything. Instruments are created once and cached: when they were created
 before the host installed its provider, they are the API's proxy instruments, which forward
-to the real provider as soon as it is set.
+to the real provider as soon as it is set. Until a tracer provider is installed a span
+costs nothing: none is started and no context is attached (every step and every fired
+timer opens one, and the API's no-op spans cost more than the rest of a fired timer's
+telemetry together).
 """
 
 from __future__ import annotations
@@ -54,7 +57,7 @@ from typing import Final
 
 from opentelemetry import metrics, trace
 from opentelemetry.metrics import CallbackOptions, Counter, Histogram, Meter, Observation
-from opentelemetry.trace import Span, Status, StatusCode, Tracer
+from opentelemetry.trace import INVALID_SPAN, Span, Status, StatusCode, Tracer
 from opentelemetry.util.types import Attributes
 
 from bsft_saga import __version__
@@ -196,6 +199,17 @@ def _tracer() -> Tracer:
     return trace.get_tracer(TRACER_NAME, __version__)
 
 
+#: The API's tracer providers that record nothing: its proxy, until the host installs one,
+#: and the no-op provider (``OTEL_SDK_DISABLED``, or set on purpose).
+_SILENT_TRACER_PROVIDERS = (trace.ProxyTracerProvider, trace.NoOpTracerProvider)
+
+
+def _tracing() -> bool:
+    """Whether spans go anywhere: asked for each span, so that a provider the host installs
+    later is used from then on."""
+    return not isinstance(trace.get_tracer_provider(), _SILENT_TRACER_PROVIDERS)
+
+
 def count(instrument: str, saga_type: str, amount: int = 1) -> None:
     """Add ``amount`` to the counter ``bsft.saga.<instrument>`` for ``saga_type``.
 
@@ -240,11 +254,14 @@ def step_span(saga_type: str, *, step_index: int, event_type: str) -> Iterator[S
     ``bsft.saga.step.duration`` with ``saga.type``, whether the block succeeded or raised.
     An exception is recorded on the span, which gets an error status, and is re-raised.
     """
-    attributes = _span_attributes(
-        {ATTR_SAGA_TYPE: saga_type, ATTR_STEP_INDEX: step_index, ATTR_EVENT_TYPE: event_type}
-    )
     started = time.perf_counter()
     try:
+        if not _tracing():
+            yield INVALID_SPAN
+            return
+        attributes = _span_attributes(
+            {ATTR_SAGA_TYPE: saga_type, ATTR_STEP_INDEX: step_index, ATTR_EVENT_TYPE: event_type}
+        )
         with _span("saga.step", attributes) as span:
             yield span
     finally:
@@ -258,6 +275,9 @@ def timer_span(saga_type: str, timer_name: str) -> Iterator[Span]:
     The span carries ``saga.type`` and ``saga.timeout.name``; an exception is recorded on
     it, which gets an error status, and is re-raised.
     """
+    if not _tracing():
+        yield INVALID_SPAN
+        return
     attributes = _span_attributes({ATTR_SAGA_TYPE: saga_type, ATTR_TIMEOUT_NAME: timer_name})
     with _span("saga.timeout", attributes) as span:
         yield span

@@ -26,7 +26,8 @@ from contextlib import nullcontext
 from functools import cache, lru_cache
 from typing import Any
 
-from django.db import connection, models, transaction
+from django.db import DEFAULT_DB_ALIAS, connection, connections, models, transaction
+from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.models.fields import Field
 
 __all__ = [
@@ -58,33 +59,34 @@ def insert(model: type[models.Model], rows: Sequence[Mapping[str, Any]]) -> None
     """
     if not rows:
         return
-    statements = _insert_statements(model, rows)
+    db = _db()
+    statements = _insert_statements(model, rows, db)
     # Several statements: in a transaction (the caller's, if it runs in one).
     atomic = transaction.atomic(savepoint=False) if len(statements) > 1 else nullcontext()
-    with atomic, connection.cursor() as cursor:
+    with atomic, db.cursor() as cursor:
         for sql, params in statements:
             cursor.execute(sql, params)
 
 
 def _insert_statements(
-    model: type[models.Model], rows: Sequence[Mapping[str, Any]]
+    model: type[models.Model], rows: Sequence[Mapping[str, Any]], db: BaseDatabaseWrapper
 ) -> list[tuple[str, list[Any]]]:
     """The INSERTs of ``rows``, each of a row count its SQL is cached for."""
     names = tuple(rows[0])
     fields = _insert_fields(model, names)
     statements = []
     start = 0
-    for count in _chunk_counts(len(rows), len(fields)):
+    for count in _chunk_counts(len(rows), len(fields), db):
         chunk = rows[start : start + count]
         start += count
-        params = [param for row in chunk for param in _row_params(fields, row)]
-        statements.append((_insert_sql(model, names, count, connection.vendor), params))
+        params = [param for row in chunk for param in _row_params(fields, row, db)]
+        statements.append((_insert_sql(model, names, count, db.vendor), params))
     return statements
 
 
-def _chunk_counts(rows: int, params_per_row: int) -> list[int]:
+def _chunk_counts(rows: int, params_per_row: int, db: BaseDatabaseWrapper) -> list[int]:
     """Split ``rows`` into ``CHUNK_SIZES`` chunks, largest first, and one smaller rest."""
-    limit = connection.features.max_query_params or _POSTGRESQL_MAX_PARAMS
+    limit = db.features.max_query_params or _POSTGRESQL_MAX_PARAMS
     counts = []
     for size in CHUNK_SIZES:
         if size * params_per_row <= limit:
@@ -95,14 +97,24 @@ def _chunk_counts(rows: int, params_per_row: int) -> list[int]:
     return counts
 
 
-def _row_params(fields: Sequence[Field[Any, Any]], row: Mapping[str, Any]) -> list[Any]:
+def _row_params(
+    fields: Sequence[Field[Any, Any]], row: Mapping[str, Any], db: BaseDatabaseWrapper
+) -> list[Any]:
     """``row``'s values bound as the ORM binds them; a field it leaves out, its default."""
     return [
-        field.get_db_prep_save(
-            row[field.name] if field.name in row else field.get_default(), connection
-        )
+        field.get_db_prep_save(row[field.name] if field.name in row else field.get_default(), db)
         for field in fields
     ]
+
+
+def _db() -> BaseDatabaseWrapper:
+    """The default connection itself, looked up once per statement.
+
+    ``django.db.connection`` is a proxy that finds the connection of the current thread
+    (or task) on every attribute; the fields adapting a statement's values ask it for its
+    operations once per value, which cost as much as the adapting.
+    """
+    return connections[DEFAULT_DB_ALIAS]
 
 
 def insert_together(
@@ -117,24 +129,21 @@ def insert_together(
     one). Foreign keys between the rows are fine: Django declares them deferrable, checked
     at the end of the transaction.
     """
+    db = _db()
     tables = [(model, rows) for model, rows in tables if rows]
     statements = [
-        statement for model, rows in tables for statement in _insert_statements(model, rows)
+        statement for model, rows in tables for statement in _insert_statements(model, rows, db)
     ]
     params = [param for _sql, values in statements for param in values]
-    if (
-        connection.vendor != "postgresql"
-        or len(statements) < 2
-        or len(params) > _POSTGRESQL_MAX_PARAMS
-    ):
+    if db.vendor != "postgresql" or len(statements) < 2 or len(params) > _POSTGRESQL_MAX_PARAMS:
         # Inside a caller's transaction: part of it.
-        with transaction.atomic(savepoint=False), connection.cursor() as cursor:
+        with transaction.atomic(savepoint=False), db.cursor() as cursor:
             for sql, values in statements:
                 cursor.execute(sql, values)
         return
     *first, (last, _values) = statements
     clauses = ", ".join(f"{_quoted(f'w{n}')} AS ({sql})" for n, (sql, _) in enumerate(first))
-    with connection.cursor() as cursor:
+    with db.cursor() as cursor:
         cursor.execute(f"WITH {clauses} {last}", params)
 
 
@@ -143,10 +152,11 @@ def update(model: type[models.Model], values: Mapping[str, Any], where: Mapping[
 
     ``where`` maps field names to the value each must equal; ``None`` means ``IS NULL``.
     """
+    db = _db()
     nulls = frozenset(name for name, value in where.items() if value is None)
-    sql = _update_sql(model, tuple(values), tuple(where), nulls, connection.vendor)
-    with connection.cursor() as cursor:
-        cursor.execute(sql, _update_params(model, values, where, nulls))
+    sql = _update_sql(model, tuple(values), tuple(where), nulls, db.vendor)
+    with db.cursor() as cursor:
+        cursor.execute(sql, _update_params(model, values, where, nulls, db))
         return int(cursor.rowcount)
 
 
@@ -155,12 +165,11 @@ def _update_params(
     values: Mapping[str, Any],
     where: Mapping[str, Any],
     nulls: frozenset[str],
+    db: BaseDatabaseWrapper,
 ) -> list[Any]:
-    params = [
-        _field(model, name).get_db_prep_save(value, connection) for name, value in values.items()
-    ]
+    params = [_field(model, name).get_db_prep_save(value, db) for name, value in values.items()]
     params += [
-        _field(model, name).get_db_prep_value(value, connection, prepared=False)
+        _field(model, name).get_db_prep_value(value, db, prepared=False)
         for name, value in where.items()
         if name not in nulls
     ]
@@ -180,7 +189,8 @@ def update_then_insert(
     elsewhere the two statements, the second run only when the first matched.
     """
     into, row = then
-    if connection.vendor != "postgresql":
+    db = _db()
+    if db.vendor != "postgresql":
         matched = update(model, values, where)
         if matched:
             insert(into, [row])
@@ -188,9 +198,9 @@ def update_then_insert(
     nulls = frozenset(name for name, value in where.items() if value is None)
     names = tuple(row)
     sql = _update_then_insert_sql(model, tuple(values), tuple(where), nulls, into, names)
-    params = _update_params(model, values, where, nulls)
-    params += _row_params(_insert_fields(into, names), row)
-    with connection.cursor() as cursor:
+    params = _update_params(model, values, where, nulls, db)
+    params += _row_params(_insert_fields(into, names), row, db)
+    with db.cursor() as cursor:
         cursor.execute(sql, params)
         return int(cursor.rowcount)
 
@@ -211,13 +221,14 @@ def update_each(
     assert pk is not None
     if not pks:
         return set()
-    if connection.vendor != "postgresql":
+    db = _db()
+    if db.vendor != "postgresql":
         return {key for key in pks if update(model, values, {pk.name: key, **where})}
     nulls = frozenset(name for name, value in where.items() if value is None)
     sql = _update_each_sql(model, tuple(values), tuple(where), nulls)
-    params = _update_params(model, values, where, nulls)
-    keys = [pk.get_db_prep_value(key, connection, prepared=False) for key in pks]
-    with connection.cursor() as cursor:
+    params = _update_params(model, values, where, nulls, db)
+    keys = [pk.get_db_prep_value(key, db, prepared=False) for key in pks]
+    with db.cursor() as cursor:
         cursor.execute(sql, [*params, keys])
         return {row[0] for row in cursor.fetchall()}
 
@@ -232,8 +243,9 @@ def _update_each_sql(
     pk = model._meta.pk
     assert pk is not None
     column = _quoted(pk.column)
-    update_sql = _update_sql(model, set_names, where_names, nulls, "postgresql")
-    return f"{update_sql} AND {column} = ANY(%s) RETURNING {column}"
+    update_sql = _update_sql(model, set_names, (*where_names, pk.name), nulls, "postgresql")
+    # The primary key's condition, last, takes the array of keys.
+    return f"{update_sql.removesuffix(f'{column} = %s')}{column} = ANY(%s) RETURNING {column}"
 
 
 def update_then_insert_each(
@@ -256,7 +268,8 @@ def update_then_insert_each(
         return set()
     pk = model._meta.pk
     assert pk is not None
-    if connection.vendor != "postgresql":
+    db = _db()
+    if db.vendor != "postgresql":
         return {
             where[pk.name]
             for (values, where), row in zip(rows, inserted, strict=True)
@@ -271,12 +284,13 @@ def update_then_insert_each(
     columns: list[list[Any]] = []
     for (values, where), row in zip(rows, inserted, strict=True):
         assert (tuple(values), tuple(where), tuple(row)) == (set_names, where_names, insert_names)
-        params = _update_params(model, values, where, nulls) + _row_params(insert_fields, row)
+        params = _update_params(model, values, where, nulls, db)
+        params += _row_params(insert_fields, row, db)
         if not columns:
             columns = [[] for _ in params]
         for column, param in zip(columns, params, strict=True):
             column.append(param)
-    with connection.cursor() as cursor:
+    with db.cursor() as cursor:
         cursor.execute(sql, columns)
         return {row[0] for row in cursor.fetchall()}
 
@@ -357,34 +371,36 @@ def select_one(
     """Run a query for at most one row; return it with its columns converted as the ORM
     would convert them (``columns`` names, in order, the model field each selected column
     holds; ``None`` for a column that is returned as the driver gives it)."""
-    with connection.cursor() as cursor:
+    db = _db()
+    with db.cursor() as cursor:
         cursor.execute(sql, params)
         row = cursor.fetchone()
     if row is None:
         return None
-    converters = _converters(tuple(columns), connection.vendor)
-    return tuple(_convert(value, pairs) for value, pairs in zip(row, converters, strict=True))
+    converters = _converters(tuple(columns), db.vendor)
+    return tuple(_convert(value, pairs, db) for value, pairs in zip(row, converters, strict=True))
 
 
 def select(
     sql: str, params: Sequence[Any], columns: Sequence[tuple[type[models.Model], str] | None]
 ) -> list[tuple[Any, ...]]:
     """``select_one()`` for every row the query returns."""
-    with connection.cursor() as cursor:
+    db = _db()
+    with db.cursor() as cursor:
         cursor.execute(sql, params)
         rows = cursor.fetchall()
-    converters = _converters(tuple(columns), connection.vendor)
+    converters = _converters(tuple(columns), db.vendor)
     if not any(converters):
         return [tuple(row) for row in rows]
     return [
-        tuple(_convert(value, pairs) for value, pairs in zip(row, converters, strict=True))
+        tuple(_convert(value, pairs, db) for value, pairs in zip(row, converters, strict=True))
         for row in rows
     ]
 
 
-def _convert(value: Any, converters: tuple[tuple[Any, Any], ...]) -> Any:
+def _convert(value: Any, converters: tuple[tuple[Any, Any], ...], db: BaseDatabaseWrapper) -> Any:
     for converter, expression in converters:
-        value = converter(value, expression, connection)
+        value = converter(value, expression, db)
     return value
 
 
@@ -406,6 +422,7 @@ def _converters(
     return tuple(result)
 
 
+@cache
 def _field(model: type[models.Model], name: str) -> Field[Any, Any]:
     field = model._meta.get_field(name)
     assert isinstance(field, Field), f"{model.__name__}.{name} is not a concrete field"

@@ -14,6 +14,7 @@ from django.db.models import F, QuerySet
 
 from bsft_saga import telemetry
 from bsft_saga.conf import saga_settings
+from bsft_saga.db import sql
 from bsft_saga.delivery.channel import Channel, R
 from bsft_saga.delivery.failures import CONNECTION_LOST, failure_reason
 from bsft_saga.models import DeliveryRow
@@ -86,8 +87,11 @@ def claim(
             _give_up_unreadable(channel, every_row, unreadable, now)
             rows, given_up = _sort_out(read, max_attempts)
             _give_up(channel, every_row.filter(pk__in=_pks(given_up)), given_up, now)
-            if rows:
-                every_row.filter(pk__in=_pks(rows)).update(**fields, **_counted(rows))
+            counted = _counted(rows)
+            if counted:  # an abandoned row, claimed alone: its attempt is counted in SQL
+                every_row.filter(pk__in=_pks(rows)).update(**fields, **counted)
+            elif rows:
+                sql.update_each(channel.model, fields, {}, _pks(rows))
     else:
         # Read which rows are ready outside the transaction (one that reads first and
         # writes later can be refused SQLite's write lock), then write with the

@@ -24,7 +24,7 @@ from datetime import datetime
 from functools import cache
 from typing import Any
 
-from django.db import connection
+from django.db import DEFAULT_DB_ALIAS, connection, connections
 
 from bsft_saga.db import sql
 from bsft_saga.delivery import staging
@@ -82,6 +82,7 @@ class Known:
 
 
 _CONVERTED = (*((SagaInstance, name) for name in _COLUMNS), None, None)  # the two EXISTS
+_MESSAGE_ID = SagaInboxEntry._meta.get_field("message_id")
 
 
 def instance_for(
@@ -103,14 +104,13 @@ def instance_for(
     if isinstance(known, Known) and known.answers(saga_type, correlation_key, firing):
         staging.forget_known(message_id)
         return known.found
-    message = SagaInboxEntry._meta.get_field("message_id").get_db_prep_value(
-        message_id, connection, prepared=False
-    )
+    db = connections[DEFAULT_DB_ALIAS]  # the proxy, once (see sql._db)
+    message = _MESSAGE_ID.get_db_prep_value(message_id, db, prepared=False)
     # 0 is no timer's id (they count from 1).
     params = [message, TimeoutScope.STEP.value, firing or 0, saga_type, correlation_key]
     if or_finished:
         params.append(message)
-    row = sql.select_one(_sql(or_finished, connection.vendor), params, _CONVERTED)
+    row = sql.select_one(_sql(or_finished, db.vendor), params, _CONVERTED)
     if row is None:
         return None
     return _found(row)
@@ -148,13 +148,14 @@ def firing_sagas(timers: list[SagaTimeout]) -> dict[int, FiringSaga]:
     """
     if not timers:
         return {}
+    db = connections[DEFAULT_DB_ALIAS]
     placeholders = ", ".join(["%s"] * len(timers))
     params: list[Any] = [TimeoutScope.STEP.value, *(timer.pk for timer in timers)]
-    rows = sql.select(_firing_sql(connection.vendor).format(ids=placeholders), params, _FIRING)
+    rows = sql.select(_firing_sql(db.vendor).format(ids=placeholders), params, _FIRING)
     names = [field.attname for field in _INSTANCE_FIELDS]
     found: dict[int, FiringSaga] = {}
     for timer_id, *values, handled, step_timers_pending in rows:
-        instance = SagaInstance.from_db(connection.alias, names, values)
+        instance = SagaInstance.from_db(db.alias, names, values)
         columns = [getattr(instance, name) for name in _COLUMNS]
         known = Known(
             saga_type=instance.saga_type,

@@ -272,6 +272,31 @@ def test_a_provider_installed_after_first_use_still_receives_measurements_and_sp
     assert result.stdout.strip() == "5 ['saga.timeout']"
 
 
+def test_without_a_tracer_provider_no_span_is_started() -> None:
+    # A fresh interpreter, where no SDK is installed: every step and every fired timer opens
+    # a span, and the API's no-op ones are not free. The step's duration is still measured.
+    script = textwrap.dedent(
+        """
+        from opentelemetry import trace
+
+        def refuse(*args, **kwargs):
+            raise AssertionError("a tracer was asked for a span that goes nowhere")
+
+        trace.get_tracer = refuse
+        from bsft_saga import telemetry
+
+        with telemetry.step_span("quiet", step_index=1, event_type="e") as step:
+            with telemetry.timer_span("quiet", "t") as timer:
+                assert trace.get_current_span() is trace.INVALID_SPAN
+        print(step is timer is trace.INVALID_SPAN)
+        """
+    )
+    result = _run_python(script)
+
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "True"
+
+
 # --- the examples in docs/observability.md --------------------------------------------
 
 _ROOT = Path(__file__).resolve().parents[2]
