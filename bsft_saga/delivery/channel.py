@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar
 
-from django.db.models import prefetch_related_objects
+from django.db.models import QuerySet, prefetch_related_objects
 
 from bsft_saga.events.envelope import Envelope
 from bsft_saga.models import DeliveryRow
@@ -107,6 +107,11 @@ class Channel(ABC, Generic[R]):
     def load(self, rows: DeliveryQuerySet[R]) -> DeliveryQuerySet[R]:
         """``rows`` with what delivering them needs loaded along."""
         return rows.select_related(*self.related) if self.related else rows
+
+    def read(self, rows: QuerySet[R]) -> list[R]:
+        """The rows of the query ``rows``, loaded for delivery (the ORM's instances, by
+        default)."""
+        return list(rows)
 
     def load_related(self, rows: list[R]) -> dict[Any, Any]:
         """Load the related rows of ``rows`` (claimed, about to be delivered); return what

@@ -135,20 +135,20 @@ def _readable(
     Such a load is retried row by row (rare: it costs one query per row of that batch).
     """
     try:
-        loaded = list(rows)
+        loaded = channel.read(rows)
         return loaded, [], channel.load_related(loaded) if related else {}
     except _UNREADABLE_ERRORS:
         pass
     loaded, unreadable, known = [], [], {}
     for pk in rows.values_list("pk", flat=True):
         try:
-            row = channel.all_rows().get(pk=pk)
+            one = channel.read(channel.all_rows().filter(pk=pk))
             if related:
-                known.update(channel.load_related([row]))
+                known.update(channel.load_related(one))
         except _UNREADABLE_ERRORS as exc:
             unreadable.append((pk, f"{UNREADABLE}: {failure_reason(exc)}"))
         else:
-            loaded.append(row)
+            loaded += one
     return loaded, unreadable, known
 
 

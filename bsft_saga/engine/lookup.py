@@ -152,24 +152,21 @@ def firing_sagas(timers: list[SagaTimeout]) -> dict[int, FiringSaga]:
     placeholders = ", ".join(["%s"] * len(timers))
     params: list[Any] = [TimeoutScope.STEP.value, *(timer.pk for timer in timers)]
     rows = sql.select(_firing_sql(db.vendor).format(ids=placeholders), params, _FIRING)
-    names = [field.attname for field in _INSTANCE_FIELDS]
+    # The instance holds what a pass reads of it; its other fields are deferred.
+    instances = sql.loaded(SagaInstance, [row[1:-2] for row in rows], db.alias, _READ)
     found: dict[int, FiringSaga] = {}
-    for timer_id, *values, handled, step_timers_pending in rows:
-        instance = SagaInstance.from_db(db.alias, names, values)
-        columns = [getattr(instance, name) for name in _COLUMNS]
-        known = Known(
-            saga_type=instance.saga_type,
-            firing=timer_id,
-            found=_found((*columns, handled, step_timers_pending)),
-        )
+    for row, instance in zip(rows, instances, strict=True):
+        timer_id, saga_type = row[0], row[-3]
+        known = Known(saga_type=saga_type, firing=timer_id, found=_found((*row[1:-3], *row[-2:])))
         found[timer_id] = FiringSaga(instance, known)
     return found
 
 
-_INSTANCE_FIELDS = tuple(SagaInstance._meta.concrete_fields)
+#: What the claim reads of each timer's saga: the lookup's columns, and its type.
+_READ = (*_COLUMNS, "saga_type")
 _FIRING = (
     (SagaTimeout, "id"),
-    *((SagaInstance, field.name) for field in _INSTANCE_FIELDS),
+    *((SagaInstance, name) for name in _READ),
     None,
     None,
 )
@@ -186,7 +183,7 @@ def _firing_sql(vendor: str) -> str:
     quote = connection.ops.quote_name
     instances = quote(SagaInstance._meta.db_table)
     timers = quote(SagaTimeout._meta.db_table)
-    columns = ", ".join(f"i.{quote(str(field.column))}" for field in _INSTANCE_FIELDS)
+    columns = ", ".join(f"i.{quote(name)}" for name in _READ)
     saga, pk = quote("saga_id"), quote("id")
     handled, step_timers = _answers(message=f"t.{quote('message_id')}", firing=f"t.{pk}")
     joined = f"{timers} t JOIN {instances} i ON i.{pk} = t.{saga}"
