@@ -40,7 +40,7 @@ conn.close()
 endef
 export PG_CHECK
 
-.PHONY: help venv lint test test-fast test-sqlite test-postgres test-pgbouncer demo docs dist bench soak wheel clean distclean
+.PHONY: help venv lint test test-fast test-sqlite test-postgres test-pgbouncer demo docs dist bench profile soak wheel clean distclean
 
 help:
 	@echo "make demo           set up .venv, run the sample project's sagas on SQLite end to end"
@@ -51,6 +51,7 @@ help:
 	@echo "make test-postgres  the suite on PostgreSQL at $(PG_HOST):$(PG_PORT)"
 	@echo "make test-pgbouncer the dispatcher tests through a PgBouncer (transaction mode) it starts"
 	@echo "make bench          measure against hand-written Django on PostgreSQL (BENCH_SIZE=smoke: ~1 min)"
+	@echo "make profile        where a fired timer's and a start event's Python time goes (flame graphs)"
 	@echo "make soak           2 x 30 min of steady load on PostgreSQL: what drifts (BENCH_SOAK_MINUTES=1: ~3 min)"
 	@echo "make docs           build the documentation site into site/ (strict: broken links fail)"
 	@echo "make dist           build sdist + wheel, twine check, run the demo against the installed wheel"
@@ -125,6 +126,12 @@ demo: venv
 # if missing) and never touches the test databases; BENCH_SIZE=smoke runs in about a minute.
 bench: venv
 	BENCH_PG_HOST=$(PG_HOST) BENCH_PG_PORT=$(PG_PORT) BENCH_PG_USER=$(PG_USER) $(PY) -m bench.run
+
+# Needs PostgreSQL at PG_HOST:PG_PORT, like `make bench` (its database, bsft_saga_bench):
+# pyinstrument flame graphs of draining workload W and of publishing start events, in
+# bench/results/profile-*.html (not committed), and the heaviest frames on stdout.
+profile: venv
+	BENCH_PG_HOST=$(PG_HOST) BENCH_PG_PORT=$(PG_PORT) BENCH_PG_USER=$(PG_USER) $(PY) -m bench.profile
 
 # Needs PostgreSQL at PG_HOST:PG_PORT; not in CI, not in `make test`. Works in its own
 # database (bsft_saga_soak, recreated for the run and dropped after it); about an hour at

@@ -8,11 +8,18 @@
     killed dispatcher.
 ``python -m bench.child handwritten --ready-file F --go-file G``
     The hand-written loop of bench/baselines.py, until no reminder is due.
+``python -m bench.child raw [--batch-size N] --ready-file F --go-file G``
+    The raw ceiling of bench/baselines.py (``RawBatch``: psycopg 3 on a connection of its
+    own, a batch of ``--batch-size``, the library's ``BATCH_SIZE`` by default, per commit),
+    until no reminder is due.
 ``python -m bench.child poll --rows N --due M [--batch-size N]``
     Migrates its (empty) database, writes N pending timers of which M are due, then answers
     ``claim K`` lines on stdin with the milliseconds of K claims (each rolled back).
 ``python -m bench.child sqlite-step --events N --rounds R``
     Migrates its SQLite file and times R rounds of N published start events.
+``python -m bench.child sqlite-drain --timers N --rounds R [--batch-size N]``
+    Migrates its SQLite file and times R rounds of ``drain_due()`` passes firing workload W
+    of N reminders (written afresh, untimed, before each).
 ``python -m bench.child publish --rate R --seconds S --prefix P --delay-ms A B --seed N``
     ``make soak``'s publisher: ``SoakStarted`` events at a fixed pace for S seconds.
 
@@ -37,13 +44,17 @@ from typing import Any
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("mode", choices=("drain", "handwritten", "poll", "sqlite-step", "publish"))
+    parser.add_argument(
+        "mode",
+        choices=("drain", "handwritten", "raw", "poll", "sqlite-step", "sqlite-drain", "publish"),
+    )
     parser.add_argument("--batch-size", type=int, default=None)
     parser.add_argument("--ready-file", type=Path)
     parser.add_argument("--go-file", type=Path)
     parser.add_argument("--rows", type=int)
     parser.add_argument("--due", type=int)
     parser.add_argument("--events", type=int)
+    parser.add_argument("--timers", type=int)
     parser.add_argument("--rounds", type=int)
     parser.add_argument("--rate", type=float)
     parser.add_argument("--seconds", type=float)
@@ -58,12 +69,14 @@ def main() -> int:
     import django
 
     django.setup()
-    if args.mode in ("drain", "handwritten"):
+    if args.mode in ("drain", "handwritten", "raw"):
         report = dispatch(args)
     elif args.mode == "poll":
         return poll(args)
     elif args.mode == "publish":
         report = publish_steadily(args)
+    elif args.mode == "sqlite-drain":
+        report = sqlite_drain(args)
     else:
         report = sqlite_step(args)
     print(json.dumps(report), flush=True)
@@ -71,19 +84,25 @@ def main() -> int:
 
 
 def dispatch(args: argparse.Namespace) -> dict[str, Any]:
+    import psycopg
     from django.db import connection
 
-    from bench.baselines import fire_one_by_hand
+    from bench.baselines import RawBatch, fire_one_by_hand
     from bench.measure import clock
     from bsft_saga import clock as saga_clock
+    from bsft_saga.conf import saga_settings
     from bsft_saga.models import SagaTimeout
     from bsft_saga.timeouts.dispatcher import DrainReport, drain_due
 
     if args.mail_file:
         connect_mailer(args.mail_file, args.mail_ms / 1000)
-    # The same warm-up for both: a connection, and the ORM's first query behind us.
+    # The same warm-up for all: a connection, and the ORM's first query behind us.
     connection.ensure_connection()
     SagaTimeout.objects.filter(pk=0).exists()
+    if args.mode == "raw":
+        raw = RawBatch.for_models()
+        raw_connection = psycopg.connect(os.environ["DATABASE_URL"], autocommit=True)
+        raw_batch = args.batch_size or saga_settings.timeouts.batch_size
     rss_ready = max_rss_kb(), current_rss_kb()
     args.ready_file.touch()
     while not args.go_file.exists():
@@ -99,6 +118,10 @@ def dispatch(args: argparse.Namespace) -> dict[str, Any]:
             total, passes = total + report, passes + 1
             if not report.settled:
                 break
+    elif args.mode == "raw":
+        while fired := raw.fire_batch(raw_connection, raw_batch):
+            total, passes = total + DrainReport(fired=fired), passes + 1
+        raw_connection.close()
     else:
         while fire_one_by_hand():
             total, passes = total + DrainReport(fired=1), passes + 1
@@ -199,7 +222,29 @@ def sqlite_step(args: argparse.Namespace) -> dict[str, Any]:
         rates.append(args.events / (clock() - began))
         workloads.check_started(args.events)
     database.reset_saga_tables()
-    return {"events_per_s": rates}
+    return {"rates": rates}
+
+
+def sqlite_drain(args: argparse.Namespace) -> dict[str, Any]:
+    from django.core.management import call_command
+
+    from bench import database, workloads
+    from bench.measure import clock
+    from bsft_saga.timeouts.dispatcher import drain_due
+
+    call_command("migrate", verbosity=0)
+    rates = []
+    for _ in range(args.rounds):
+        database.reset_saga_tables()
+        workloads.write_anywhere(workloads.REMINDERS, args.timers)
+        workloads.check_due(workloads.REMINDERS, args.timers)
+        began = clock()
+        while drain_due(batch_size=args.batch_size).settled:
+            pass
+        rates.append(args.timers / (clock() - began))
+        workloads.check_fired(workloads.REMINDERS, args.timers)
+    database.reset_saga_tables()
+    return {"rates": rates}
 
 
 def publish_steadily(args: argparse.Namespace) -> dict[str, Any]:

@@ -184,3 +184,22 @@ class Children:
                 raise RuntimeError(f"children not ready within {timeout}s")
             time.sleep(0.01)
         self.go_file.touch()
+
+
+def on_sqlite(workdir: Path, mode: str, *args: str, timeout: float, label: str) -> list[float]:
+    """Run ``python -m bench.child <mode> <args>`` on a fresh SQLite file (deleted after)
+    and return the rates it reports, one per round (``label`` names them in the progress)."""
+    from bench import database
+    from bench.measure import progress
+
+    database.SQLITE_FILE.unlink(missing_ok=True)
+    env = child_environment(f"sqlite:///{database.SQLITE_FILE}")
+    try:
+        with Children(workdir, env) as children:
+            child = children.spawn(mode, mode, *args, barrier=False)
+            rates: list[float] = child.report(timeout=timeout)["rates"]
+    finally:
+        database.SQLITE_FILE.unlink(missing_ok=True)
+    for number, rate in enumerate(rates, 1):
+        progress(f"round {number}/{len(rates)}  {label:<34} {rate:>12.2f}")
+    return rates

@@ -8,6 +8,7 @@ way. Nothing here connects to the test databases or to ``bsft_saga``.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any, Protocol
 
 import psycopg
@@ -15,6 +16,8 @@ from psycopg import sql
 
 # The only databases this module drops or empties.
 OWN_PREFIXES = ("bsft_saga_bench", "bsft_saga_soak")
+#: The SQLite file of the embedded default's figures (step and drain), deleted after each.
+SQLITE_FILE = Path(__file__).resolve().parent / ".bench.sqlite3"
 
 # Reported with the results: what decides how much a commit costs on this server.
 SERVER_SETTINGS = (

@@ -2,14 +2,17 @@
 
 **Library**: ``drain_due()`` passes, in a child process, until a pass settles nothing; with
 two children at once for the scaling figure. **Hand-written**: ``baselines.fire_one_by_hand``
-in a loop, in one child. Each run starts from the same freshly written W (N due reminders,
-bench/workloads.py), empty tables otherwise, statistics fresh; none of that is timed.
+in a loop, in one child. **Raw**: ``baselines.RawBatch`` (psycopg 3 without Django, a
+``SKIP LOCKED`` poll of ``BATCH_SIZE`` and one commit per batch, the library's statements)
+in a loop, in one child: the ceiling, what firing W costs with no Python but the driver's.
+Each run starts from the same freshly written W (N due reminders, bench/workloads.py),
+empty tables otherwise, statistics fresh; none of that is timed.
 
 A run's time is from the go file to the last child's finish, as the children report them
 on the system-wide monotonic clock: Django's start-up, connecting and writing W are outside
 it. After every run the rows are checked (each saga woken exactly once) before the rate
-counts. The rounds run library 1p, hand-written 1p, library 2p, library 2p on W2, and
-again: each ratio is taken between neighbours of one round.
+counts. The rounds run library 1p, hand-written 1p, raw 1p, library 2p, library 2p on W2,
+and again: each ratio is taken between neighbours of one round.
 
 **Two timers per saga**: W2 (bench/workloads.py) holds as many due timers as W, two per
 saga, fallen due at random instants of the last ten minutes, so that a saga's second timer
@@ -17,6 +20,9 @@ is often in flight in the other dispatcher's batch while the first fires: its wi
 loses the version race and is delivered again. The ratio is its rate over W's, both with
 two processes; firing either timer writes what firing W's does (a version-checked advance,
 an inbox row, a stamp), so what it prices in is that contention.
+
+**SQLite**: the library's 1-process drain of W on a SQLite file (the embedded default), in
+a child, with nothing to interleave with: a figure without a target.
 
 **RSS**: the peak resident set size (``ru_maxrss``) of a library dispatcher that drained a
 small and a large W, one run each. Both include Django's start-up, so their difference is
@@ -29,7 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from bench import database, workloads
-from bench.children import Children, child_environment
+from bench.children import Children, child_environment, on_sqlite
 from bench.config import Config
 from bench.measure import Measured, interleave, per_round_ratios, progress
 
@@ -47,7 +53,7 @@ def drain_once(
     args: tuple[str, ...] = (),
 ) -> dict[str, Any]:
     """Write ``backlog`` (W by default) with ``n`` due timers, drain it with ``processes``
-    children of ``mode`` ("drain" or "handwritten", given ``args``); return the rate and
+    children of ``mode`` ("drain", "handwritten" or "raw", given ``args``); return the rate and
     what the children reported."""
     batch = ["--batch-size", str(config.batch_size)] if config.batch_size else []
     n = backlog.timers(n)
@@ -73,6 +79,7 @@ def run(config: Config, workdir: Path) -> Measured:
     runs: dict[str, list[dict[str, Any]]] = {
         "library_1p": [],
         "handwritten_1p": [],
+        "raw_batch_1p": [],
         "library_2p": [],
         "library_2p_two_timers_per_saga": [],
     }
@@ -89,23 +96,44 @@ def run(config: Config, workdir: Path) -> Measured:
         {
             "drain: drain_due(), 1 process": lambda: rate("library_1p", "drain", 1),
             "drain: hand-written, 1 process": lambda: rate("handwritten_1p", "handwritten", 1),
+            "drain: raw psycopg, 1 process": lambda: rate("raw_batch_1p", "raw", 1),
             "drain: drain_due(), 2 processes": lambda: rate("library_2p", "drain", 2),
             "drain: 2 processes, 2 timers/saga": lambda: rate(
                 "library_2p_two_timers_per_saga", "drain", 2, workloads.NOTICES
             ),
         },
     )
-    library_1p, by_hand, library_2p, two_timers = values.values()
+    library_1p, by_hand, raw, library_2p, two_timers = values.values()
     database.reset_saga_tables()
     return Measured(
         rounds={
             "drain_timers_per_s_1p": library_1p,
             "drain_timers_per_s_2p": library_2p,
             "drain_ratio_vs_handwritten": per_round_ratios(library_1p, by_hand),
+            "drain_timers_per_s_raw_batch": raw,
+            "drain_ratio_vs_raw_batch": per_round_ratios(library_1p, raw),
             "drain_scaling_2p_vs_1p": per_round_ratios(library_2p, library_1p),
             "drain_ratio_two_timers_per_saga": per_round_ratios(two_timers, library_2p),
         },
         detail={"timers_per_run": n, **runs},
+    )
+
+
+def run_sqlite(config: Config, workdir: Path) -> Measured:
+    """The library's drain of W on a SQLite file, in a child process (rounds in a row)."""
+    n, rounds = config.sizes.timers, config.sizes.rounds
+    batch = ["--batch-size", str(config.batch_size)] if config.batch_size else []
+    args = ("--timers", str(n), "--rounds", str(rounds), *batch)
+    rates = on_sqlite(
+        workdir,
+        "sqlite-drain",
+        *args,
+        timeout=120 + rounds * n / MIN_RATE,
+        label="drain on SQLite: drain_due()",
+    )
+    return Measured(
+        rounds={"sqlite_drain_timers_per_s": rates},
+        detail={"timers_per_run": n, "library_timers_per_s": rates},
     )
 
 

@@ -33,8 +33,11 @@ KEYS = (
     "step_ratio_vs_handwritten",
     "sqlite_step_events_per_s",
     "drain_timers_per_s_1p",
+    "sqlite_drain_timers_per_s",
     "drain_timers_per_s_2p",
     "drain_ratio_vs_handwritten",
+    "drain_timers_per_s_raw_batch",
+    "drain_ratio_vs_raw_batch",
     "drain_scaling_2p_vs_1p",
     "drain_ratio_two_timers_per_saga",
     "drain_timers_per_s_slow_receivers",
@@ -74,6 +77,7 @@ def _key(name: str) -> Callable[[dict[str, float]], float]:
 
 TARGETS = (
     Target("drain_ratio_vs_handwritten", _key("drain_ratio_vs_handwritten"), ">=", 1.5),
+    Target("drain_ratio_vs_raw_batch", _key("drain_ratio_vs_raw_batch"), ">=", 0.5),
     Target("drain_scaling_2p_vs_1p", _key("drain_scaling_2p_vs_1p"), ">=", 1.6),
     Target("drain_ratio_two_timers_per_saga", _key("drain_ratio_two_timers_per_saga"), ">=", 0.8),
     Target("step_ratio_vs_handwritten", _key("step_ratio_vs_handwritten"), ">=", 1.0),

@@ -5,7 +5,8 @@
 
 Writes bench/results/latest.json and the numbers section of docs/performance.md, and
 prints a summary table. What each figure measures and why the comparison is fair is in the
-docstrings of bench/step.py, drain.py, slow_receiver.py and poll.py, and in
+docstrings of bench/step.py, drain.py, slow_receiver.py and poll.py (and of the baselines,
+bench/baselines.py), and in
 docs/performance.md; the sizes and their environment variables are in bench/config.py and
 bench/README.md.
 
@@ -64,6 +65,7 @@ def main() -> int:
                 ("poll", lambda: poll.run(config, workdir, batch_size)),
                 ("rss", lambda: drain.run_rss(config, workdir)),
                 ("sqlite_step", lambda: step.run_sqlite(config, workdir)),
+                ("sqlite_drain", lambda: drain.run_sqlite(config, workdir)),
             ):
                 measured = measure()
                 rounds.update(measured.rounds)

@@ -21,13 +21,11 @@ from collections.abc import Callable
 from pathlib import Path
 
 from bench import baselines, database, workloads
-from bench.children import Children, child_environment
+from bench.children import on_sqlite
 from bench.config import Config
-from bench.measure import Measured, clock, interleave, per_round_ratios, progress
+from bench.measure import Measured, clock, interleave, per_round_ratios
 from bsft_saga import publish
 from bsft_saga.models import SagaInboxEntry
-
-SQLITE_FILE = Path(__file__).resolve().parent / ".bench.sqlite3"
 
 _keys = itertools.count()
 
@@ -88,18 +86,15 @@ def run(config: Config) -> Measured:
 
 def run_sqlite(config: Config, workdir: Path) -> Measured:
     """The library side of the step benchmark on a SQLite file, in a child process."""
-    SQLITE_FILE.unlink(missing_ok=True)
-    env = child_environment(f"sqlite:///{SQLITE_FILE}")
     n, rounds = config.sizes.sqlite_events, config.sizes.rounds
-    try:
-        with Children(workdir, env) as children:
-            args = ("--events", str(n), "--rounds", str(rounds))
-            child = children.spawn("sqlite-step", "sqlite-step", *args, barrier=False)
-            rates = child.report(timeout=120 + rounds * n / 10)["events_per_s"]
-    finally:
-        SQLITE_FILE.unlink(missing_ok=True)
-    for number, rate in enumerate(rates, 1):
-        progress(f"round {number}/{rounds}  {'step on SQLite: publish()':<34} {rate:>12.2f}")
+    args = ("--events", str(n), "--rounds", str(rounds))
+    rates = on_sqlite(
+        workdir,
+        "sqlite-step",
+        *args,
+        timeout=120 + rounds * n / 10,
+        label="step on SQLite: publish()",
+    )
     return Measured(
         rounds={"sqlite_step_events_per_s": rates},
         detail={"events_per_run": n, "library_events_per_s": rates},

@@ -13,7 +13,8 @@ other column is the engine's own value, so the copies have exactly the shape the
 writes, whatever columns the library adds while it is being tuned.
 
 The poll's tables are the same clones, with all but a batch of the timers moved a day or
-more into the future.
+more into the future. On SQLite (the embedded default's drain figure) the same clones are
+made in Python and written with ``bulk_create`` (``write_anywhere``).
 
 Two more backlogs are cloned the same way. **W2**: ``NoticeFlow`` sagas
 (tests/testapp/dispatch_flows.py), each with two due timers, "reminder" and "final-notice",
@@ -25,6 +26,8 @@ also "mailed" by a plain receiver in the dispatcher child (bench/child.py).
 
 from __future__ import annotations
 
+import hashlib
+import json
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -105,6 +108,41 @@ def write(backlog: Backlog, timers: int, *, timer_due_at: str | None = None) -> 
     due_at = timer_due_at or backlog.timer_due_at
     clone_saga(saga_id, backlog.sagas(timers), prefix="w-", timer_due_at=due_at)
     SagaInstance.objects.filter(pk=saga_id).delete()
+
+
+def write_anywhere(backlog: Backlog, timers: int) -> None:
+    """``write()`` on any backend: the template's rows copied in Python, one per saga, with
+    what ``clone_saga`` changes (ids, message ids, the key in every text and JSON column)."""
+    template = publish(backlog.start(TEMPLATE_KEY))
+    saga_id = SagaInboxEntry.objects.get(message_id=template.message_id).saga_id
+    keys = [f"w-{n:07d}" for n in range(1, backlog.sagas(timers) + 1)]
+    tables: tuple[tuple[type[models.Model], str], ...] = (
+        (SagaInstance, "id"),
+        (SagaInboxEntry, "saga_id"),
+        (SagaTimeout, "saga_id"),
+    )
+    for model, fk in tables:
+        rows = list(model._default_manager.filter(**{fk: saga_id}).values())
+        copies: list[Any] = []
+        for key in keys:
+            new_id = uuid.UUID(hashlib.md5(key.encode()).hexdigest())  # as clone_saga's
+            for row in rows:
+                copy = {name: _with_key(value, key) for name, value in row.items()}
+                copy[fk] = new_id
+                if model is not SagaInstance:
+                    del copy["id"]  # the sequence numbers the copies
+                    copy["message_id"] = uuid.uuid4()
+                copies.append(model(**copy))
+        model._default_manager.bulk_create(copies, batch_size=500)
+    SagaInstance.objects.filter(pk=saga_id).delete()
+
+
+def _with_key(value: Any, key: str) -> Any:
+    if isinstance(value, str):
+        return value.replace(TEMPLATE_KEY, key)
+    if isinstance(value, dict | list):
+        return json.loads(json.dumps(value).replace(TEMPLATE_KEY, key))
+    return value
 
 
 def check_due(backlog: Backlog, timers: int, *, due: int | None = None) -> None:
