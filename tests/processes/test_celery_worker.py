@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
+from datetime import timedelta
 from typing import Any
 
 import pytest
@@ -20,6 +21,8 @@ from bsft_saga import publish
 from bsft_saga.conf import saga_settings
 from bsft_saga.models import SagaInstance, SagaOutboxMessage, SagaTimeout, TimeoutOutcome
 from tests.support.celery_workers import Worker, enqueuing_to, wait_for
+from tests.testapp.delayed_events import InvoiceIssued
+from tests.testapp.delayed_flows import InvoiceFlow
 from tests.testapp.events import TaskOpened
 from tests.testapp.timer_flows import TaskFlow
 
@@ -81,3 +84,30 @@ def test_worker_delivers_a_deferred_event_through_deliver_event(
         r"Task bsft_saga\.tasks\.deliver_event\[[^\]]+\] succeeded in [^:]+: 1\b"
     )
     wait_for(lambda: task_line.search(worker.log()), worker)
+
+
+@pytest.mark.timeout(180)
+def test_worker_beat_delivers_a_delayed_message_after_its_time_without_deliver_event(
+    start_worker: Callable[..., Worker], broker_url: str
+) -> None:
+    worker = start_worker(beat=True)
+    delay = timedelta(seconds=round(2 * saga_settings.timeouts.poll_interval.total_seconds()))
+
+    with enqueuing_to(broker_url):  # an enqueue at commit would reach this worker
+        envelope = publish(InvoiceIssued("inv-celery"), delay=delay)
+    row = SagaOutboxMessage.objects.get(pk=envelope.message_id)
+    assert row.deliver_at is not None
+
+    saga = wait_for(
+        lambda: SagaInstance.objects.filter(
+            saga_type=InvoiceFlow.saga_type, correlation_key="inv-celery"
+        ).first(),
+        worker,
+    )
+    worker.stop()
+
+    row.refresh_from_db()
+    assert row.delivered_at is not None
+    assert saga.created_at >= row.deliver_at  # not one drain before its time
+    assert not re.search(r"Task bsft_saga\.tasks\.deliver_event\[", worker.log())
+    assert sum(result["delivered"] for result in worker.drain_results()) == 1
