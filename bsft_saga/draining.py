@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from bsft_saga import outbox
+from bsft_saga.engine.handler import apply_stragglers
 from bsft_saga.timeouts.dispatcher import DrainReport, drain_due
 
 
@@ -32,7 +33,11 @@ def drain_pass(*, batch_size: int | None = None, now: datetime | None = None) ->
     """Fire due timers (``drain_due``), then deliver outbox rows whose delivery was lost.
 
     ``now`` is the moment the timers are due by (default: the clock); only
-    ``drain_saga_timeouts --as-of`` sets it, on development databases.
+    ``drain_saga_timeouts --as-of`` sets it, on development databases. Last, kept events
+    whose step was reached without applying them (a crash between that commit and the
+    apply) are applied (``apply_stragglers``: one query, only if a flow keeps events).
     """
     timers = drain_due(batch_size=batch_size, now=now)
-    return PassReport(timers=timers, outbox=outbox.deliver_pending(batch_size=batch_size))
+    delivered = outbox.deliver_pending(batch_size=batch_size)
+    apply_stragglers(limit=batch_size or 100)
+    return PassReport(timers=timers, outbox=delivered)

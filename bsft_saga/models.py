@@ -155,6 +155,47 @@ class SagaInboxEntry(models.Model):
         return f"{self.event_type} {self.message_id}"
 
 
+class SagaKeptEvent(models.Model):
+    """An event that reached its saga before the step that awaits it (``keep_early=True``).
+
+    Written in a version-checked window of its own, once per message id; deleted by the
+    window that applies it, or when its saga completes first.
+    """
+
+    saga = models.ForeignKey(
+        SagaInstance,
+        verbose_name=_("saga"),
+        on_delete=models.CASCADE,
+        related_name="kept_events",
+    )
+    step_index = models.PositiveIntegerField(
+        _("step index"), help_text=_("The step that keeps the event: it is applied there.")
+    )
+    event_type = models.CharField(_("event type"), max_length=200)
+    payload = models.JSONField(_("payload"))
+    message_id = models.UUIDField(_("message id"))
+    correlation_id = models.CharField(_("correlation id"), max_length=200, blank=True)
+    causation_id = models.UUIDField(_("causation id"), null=True, blank=True)
+    deadline = models.DateTimeField(_("deadline"), null=True, blank=True)
+    published_at = models.DateTimeField(_("published at"), null=True, blank=True)
+    kept_at = models.DateTimeField(_("kept at"))
+
+    class Meta:
+        verbose_name = _("saga kept event")
+        verbose_name_plural = _("saga kept events")
+        constraints = [
+            models.UniqueConstraint(
+                fields=["saga", "message_id"], name="bsft_saga_kept_once_per_saga"
+            ),
+        ]
+        indexes = [
+            models.Index(fields=["saga", "step_index", "kept_at"], name="bsft_saga_kept_step_idx")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.event_type} {self.message_id}"
+
+
 class DeliveryRow(models.Model):
     """The columns a timer and an outbox message share: one delivery machinery, two tables
     (``bsft_saga.delivery``). ``querysets.DeliveryStatus`` names the states they define."""

@@ -12,8 +12,9 @@ import logging
 import random
 import time
 import uuid
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Collection
+from contextvars import ContextVar
+from dataclasses import dataclass, replace
 from datetime import datetime
 from functools import partial
 from typing import Any
@@ -22,9 +23,10 @@ from asgiref.sync import async_to_sync
 
 from bsft_saga import clock, telemetry
 from bsft_saga.conf import saga_settings
+from bsft_saga.correlation import correlation_scope
 from bsft_saga.db.datetimes import storable
 from bsft_saga.delivery import staging
-from bsft_saga.engine import lookup, window
+from bsft_saga.engine import kept, lookup, window
 from bsft_saga.engine.context import SagaContext
 from bsft_saga.engine.deadlines import DeadlineExpired
 from bsft_saga.events import codec
@@ -34,7 +36,7 @@ from bsft_saga.exceptions import SagaConcurrencyError
 from bsft_saga.flows import activation
 from bsft_saga.flows.definition import Body, FlowDefinition, StepBody
 from bsft_saga.flows.registry import flow_registry
-from bsft_saga.models import SagaInboxEntry, SagaInstance
+from bsft_saga.models import SagaInboxEntry, SagaInstance, SagaKeptEvent
 from bsft_saga.timeouts.requests import DEADLINE_TIMER_NAME, TimerRequest
 
 logger = logging.getLogger(__name__)
@@ -48,12 +50,17 @@ def handle(envelope: Envelope) -> None:
         _handle_deadline(envelope)
         return
     for flow in flow_registry.flows_for(envelope.event_type):
-        keys: dict[str, set[int]] = {}
+        keys: dict[str, tuple[set[int], set[int]]] = {}
         for step_index, trigger in flow.routes(envelope.event_type):
             key = trigger.key_for(envelope.event, where=partial(flow.where, step_index))
-            keys.setdefault(key, set()).add(step_index)
-        for key, step_indices in keys.items():
-            _apply(flow, envelope, partial(_plan_step, flow, key, step_indices, envelope))
+            keys.setdefault(key, (set(), set()))[0].add(step_index)
+        for step_index, trigger in flow.meanwhile_routes(envelope.event_type):
+            key = trigger.key_for(envelope.event, where=partial(flow.where, step_index))
+            keys.setdefault(key, (set(), set()))[1].add(step_index)
+        for key, (step_indices, meanwhile) in keys.items():
+            _apply(
+                flow, envelope, partial(_plan_step, flow, key, step_indices, envelope, meanwhile)
+            )
 
 
 @dataclass(frozen=True)
@@ -70,6 +77,7 @@ class _Plan:
     bodies: tuple[StepBody, ...]
     advance: bool  # an awaited event moves the saga on; its deadline does not
     step_timers_pending: bool = True  # False: ending the wait has no timer to cancel
+    kept_id: int | None = None  # the kept event this plan applies
 
     @classmethod
     def for_instance(
@@ -92,6 +100,17 @@ class _Plan:
 
 
 @dataclass(frozen=True)
+class _Keep:
+    """The event reached the saga early: keep it for the step ``for_step``."""
+
+    saga_id: uuid.UUID
+    correlation_key: str
+    version: int
+    step_index: int  # the step the saga is at
+    for_step: int
+
+
+@dataclass(frozen=True)
 class _Ignored:
     """The event is not for this flow's instance; ``reason`` is the counter's attribute."""
 
@@ -101,7 +120,7 @@ class _Ignored:
 
 
 def _apply(
-    flow: FlowDefinition, envelope: Envelope, plan: Callable[[], _Plan | _Ignored | None]
+    flow: FlowDefinition, envelope: Envelope, plan: Callable[[], _Plan | _Keep | _Ignored | None]
 ) -> None:
     """Plan against the current row, run, commit; re-plan after losing a version race."""
     retries = saga_settings.max_conflict_retries
@@ -115,9 +134,12 @@ def _apply(
             return
         key = planned.correlation_key
         try:
-            _run_and_commit(flow, planned, envelope)
+            if isinstance(planned, _Keep):
+                _keep(flow, planned, envelope)
+            else:
+                _run_and_commit(flow, planned, envelope)
             return
-        except window.VersionConflict:
+        except (window.VersionConflict, kept.LostRace):
             _back_off(attempt)
     raise SagaConcurrencyError(
         f"{flow.saga_type}[{key or '-'}]: {envelope.event_type} {envelope.message_id} lost the "
@@ -127,8 +149,8 @@ def _apply(
 
 
 def _fresh(
-    flow: FlowDefinition, envelope: Envelope, plan: Callable[[], _Plan | _Ignored | None]
-) -> _Plan | _Ignored | None:
+    flow: FlowDefinition, envelope: Envelope, plan: Callable[[], _Plan | _Keep | _Ignored | None]
+) -> _Plan | _Keep | _Ignored | None:
     """``plan()``, made again if the pass delivering the event held writes for its saga.
 
     A pass commits in groups: a saga an earlier row of the same group advanced is not
@@ -161,8 +183,12 @@ def _ignore(flow: FlowDefinition, envelope: Envelope, ignored: _Ignored) -> None
 
 
 def _plan_step(
-    flow: FlowDefinition, key: str, step_indices: set[int], envelope: Envelope
-) -> _Plan | _Ignored | None:
+    flow: FlowDefinition,
+    key: str,
+    step_indices: set[int],
+    envelope: Envelope,
+    meanwhile: Collection[int] = (),
+) -> _Plan | _Keep | _Ignored | None:
     """Find the instance for ``key`` and the step that takes the event, or drop it.
 
     One query reads the active instance and whether it already handled the message; for a
@@ -205,9 +231,111 @@ def _plan_step(
         return None
     if instance.handled:
         return _Ignored("duplicate", key, instance.step_index)
-    if instance.step_index not in step_indices:
-        return _Ignored("not_awaited", key, instance.step_index)
-    return _Plan.for_instance(instance, flow.steps[instance.step_index].bodies, advance=True)
+    if instance.step_index in step_indices:
+        step = flow.steps[instance.step_index]
+        return _Plan.for_instance(instance, step.bodies, advance=True)
+    if instance.step_index in meanwhile:
+        during = flow.steps[instance.step_index].meanwhile_for(envelope.event_type)
+        assert during is not None
+        return _Plan.for_instance(instance, (StepBody(run=during.body),), advance=False)
+    # A timer's event belongs to the step that scheduled it: never kept for a later one.
+    for_step = flow.kept_for(instance.step_index, envelope.event_type) if timer is None else None
+    if for_step is not None:
+        return _Keep(instance.pk, key, instance.version, instance.step_index, for_step)
+    return _Ignored("not_awaited", key, instance.step_index)
+
+
+def _keep(flow: FlowDefinition, keeping: _Keep, envelope: Envelope) -> None:
+    if not kept.keep(keeping.saga_id, keeping.version, keeping.for_step, envelope, now=clock.now()):
+        _ignore(flow, envelope, _Ignored("duplicate", keeping.correlation_key, keeping.step_index))
+        return
+    logger.debug(
+        "bsft_saga: %s %s kept by flow %s (%r), key %r, step %s, for step %s",
+        envelope.event_type,
+        envelope.message_id,
+        flow.flow_name,
+        flow.saga_type,
+        keeping.correlation_key,
+        keeping.step_index,
+        keeping.for_step,
+    )
+
+
+# Set while apply_kept runs in this context: the windows it commits reach steps that may
+# keep events too, and their on_commit leaves those to the loop already running.
+_applying: ContextVar[bool] = ContextVar("bsft_saga_applying_kept", default=False)
+
+
+def apply_kept(flow: FlowDefinition, saga_id: uuid.UUID) -> int:
+    """Apply the kept events of the step ``saga_id`` is at, oldest first, each in a window
+    of its own; return how many were applied.
+
+    Run with no transaction open (after the commit that reached the step, or by the
+    drain). A window that applies a kept event deletes its row in the same commit, so a
+    crash loses none: the row waits for the next drain. A failed one is logged and left
+    kept; it never fails the commit that reached the step.
+    """
+    if _applying.get():
+        return 0
+    token = _applying.set(True)
+    applied = 0
+    try:
+        while (row := kept.next_kept(saga_id)) is not None:
+            try:
+                envelope = kept.envelope_of(row)
+                with correlation_scope(envelope.correlation_id):
+                    _apply(flow, envelope, partial(_plan_kept, flow, row, envelope))
+            except Exception:
+                logger.exception(
+                    "bsft_saga: applying kept event %s %s to %s saga %s failed; it stays kept",
+                    row.event_type,
+                    row.message_id,
+                    flow.saga_type,
+                    saga_id,
+                )
+                return applied
+            if SagaKeptEvent.objects.filter(pk=row.pk).exists():
+                return applied  # not applied (its saga runs another definition): stays
+            applied += 1
+    finally:
+        _applying.reset(token)
+    return applied
+
+
+def _plan_kept(
+    flow: FlowDefinition, row: SagaKeptEvent, envelope: Envelope
+) -> _Plan | _Ignored | None:
+    key = row.saga.correlation_key
+    instance = lookup.instance_for(flow.saga_type, key, envelope.message_id, or_finished=False)
+    if instance is None or instance.pk != row.saga_id:
+        return _Ignored("no_instance", key)
+    if instance.handled:
+        kept.forget(row.pk)
+        return _Ignored("duplicate", key, instance.step_index)
+    if instance.step_index != row.step_index:
+        return None  # moved on meanwhile: the row waits for its step, or for the end
+    step = flow.steps[instance.step_index]
+    return replace(_Plan.for_instance(instance, step.bodies, advance=True), kept_id=row.pk)
+
+
+def apply_stragglers(*, limit: int = 100) -> int:
+    """Apply kept events that the commit reaching their step left behind (a crash between
+    that commit and its ``on_commit``); return how many were applied.
+
+    One query, and only when an installed flow keeps early events. Per saga isolated: a
+    broken one is logged and skipped.
+    """
+    if not any(flow.keeps_early for flow in flow_registry.all()):
+        return 0
+    applied = 0
+    for saga_id, saga_type, flow_version in kept.stragglers(limit):
+        try:
+            flow = flow_registry.definition_for(saga_type, flow_version)
+            if activation.is_active(flow.saga_type):
+                applied += apply_kept(flow, saga_id)
+        except Exception:
+            logger.exception("bsft_saga: applying the kept events of saga %s failed", saga_id)
+    return applied
 
 
 def _new_deadline(flow: FlowDefinition, envelope: Envelope) -> datetime | None:
@@ -269,6 +397,12 @@ def _run_and_commit(flow: FlowDefinition, plan: _Plan, envelope: Envelope) -> No
     completes = ctx.effects.completed or (
         plan.advance and flow.auto_complete and step_index >= len(flow.steps)
     )
+    reaches_keeping_step = (
+        plan.advance
+        and not completes
+        and step_index < len(flow.steps)
+        and bool(flow.steps[step_index].kept_types)
+    )
     window.commit(
         window.Transition(
             saga_id=plan.saga_id,
@@ -286,6 +420,11 @@ def _run_and_commit(flow: FlowDefinition, plan: _Plan, envelope: Envelope) -> No
             envelope=envelope,
             effects=ctx.effects,
             now=now,
+            kept_id=plan.kept_id,
+            discards_kept=flow.keeps_early,
+            after_commit=(
+                partial(apply_kept, flow, plan.saga_id) if reaches_keeping_step else None
+            ),
         )
     )
 

@@ -22,6 +22,7 @@ no more statements than they must (``tests/delivery/test_delivery_statements.py`
 from __future__ import annotations
 
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -31,6 +32,7 @@ from django.db import IntegrityError, transaction
 from bsft_saga import outbox, telemetry
 from bsft_saga.db import sql
 from bsft_saga.delivery import staging
+from bsft_saga.engine import kept
 from bsft_saga.engine.context import StepEffects
 from bsft_saga.events.envelope import Envelope
 from bsft_saga.models import SagaInboxEntry, SagaInstance, SagaOutboxMessage, SagaTimeout
@@ -61,6 +63,9 @@ class Transition:
     envelope: Envelope
     effects: StepEffects
     now: datetime
+    kept_id: int | None = None  # the kept event this window applies: deleted with it
+    discards_kept: bool = False  # the flow keeps early events: a completion discards them
+    after_commit: Callable[[], object] | None = None  # e.g. apply the reached step's kept events
 
 
 @dataclass(frozen=True)
@@ -203,6 +208,12 @@ def _advance_of(t: Transition) -> staging.Advance:
 
 
 def _advance_rest(t: Transition) -> _Written:
+    if t.kept_id is not None:
+        kept.forget(t.kept_id)
+    if t.completes and t.discards_kept:
+        kept.discard(t.saga_id, t.saga_type)
+    if t.after_commit is not None:
+        transaction.on_commit(t.after_commit)
     if t.completes:
         # A completed saga keeps no pending timer, and writes none of its last step's.
         written = _Written(canceled=timer_store.cancel_all(t.saga_id, now=t.now))

@@ -18,6 +18,7 @@ from bsft_saga.flows.definition import (
     EmptyState,
     FlowDefinition,
     KeySelector,
+    Meanwhile,
     Predicate,
     StepBody,
     StepDefinition,
@@ -75,6 +76,7 @@ class FlowBuilder:
         self._factory = factory
         self._state_class = state_class
         self._steps: list[tuple[list[Trigger], list[StepBody]]] = []
+        self._meanwhile: dict[int, list[Meanwhile]] = {}
         self._deadline: DeadlineDefinition | None = None
         self.definition: FlowDefinition | None = None
 
@@ -93,7 +95,9 @@ class FlowBuilder:
         if self.definition is not None:
             raise self._fail(f"{method}() after complete()/build()")
 
-    def _trigger(self, method: str, event_class: Any, key: KeySelector | None) -> Trigger:
+    def _trigger(
+        self, method: str, event_class: Any, key: KeySelector | None, *, keep_early: bool = False
+    ) -> Trigger:
         if not isinstance(event_class, type):
             raise self._fail(f"{method}() needs an event class, got {event_class!r}")
         try:
@@ -102,7 +106,9 @@ class FlowBuilder:
             raise self._fail(f"{method}(): {exc}") from exc
         if key is not None and not callable(key):
             raise self._fail(f"{method}(): key must be a callable event -> str, got {key!r}")
-        return Trigger(event_class=event_class, event_type=event_type, key=key)
+        return Trigger(
+            event_class=event_class, event_type=event_type, key=key, keep_early=bool(keep_early)
+        )
 
     def _current_step(self, method: str) -> tuple[list[Trigger], list[StepBody]]:
         self._check_open(method)
@@ -141,21 +147,53 @@ class FlowBuilder:
         self._steps.append(([self._trigger("start_with", event_class, key)], []))
         return self
 
-    def wait_for(self, event_class: type, key: KeySelector | None = None) -> FlowBuilder:
-        """The next awaited event: a new step."""
+    def wait_for(
+        self, event_class: type, key: KeySelector | None = None, *, keep_early: bool = False
+    ) -> FlowBuilder:
+        """The next awaited event: a new step.
+
+        ``keep_early=True``: an ``event_class`` event that reaches an active saga at an
+        earlier step (one that does not await it) is kept, and applied, in its own window,
+        right after the commit that reaches this step, instead of being ignored.
+        """
         self._current_step("wait_for")
-        self._steps.append(([self._trigger("wait_for", event_class, key)], []))
+        self._steps.append(
+            ([self._trigger("wait_for", event_class, key, keep_early=keep_early)], [])
+        )
         return self
 
-    def or_(self, event_class: type, key: KeySelector | None = None) -> FlowBuilder:
-        """An alternative event for the current step."""
+    def or_(
+        self, event_class: type, key: KeySelector | None = None, *, keep_early: bool = False
+    ) -> FlowBuilder:
+        """An alternative event for the current step (``keep_early`` as for ``wait_for``)."""
         triggers, bodies = self._current_step("or_")
         if bodies:
             raise self._fail("or_() must come before the step's then()/when() bodies")
-        trigger = self._trigger("or_", event_class, key)
+        trigger = self._trigger("or_", event_class, key, keep_early=keep_early)
         if any(t.event_type == trigger.event_type for t in triggers):
             raise self._fail(f"{event_class.__name__} is already awaited by this step")
         triggers.append(trigger)
+        return self
+
+    def meanwhile(
+        self, event_class: type, body: Body, key: KeySelector | None = None
+    ) -> FlowBuilder:
+        """While the current wait lasts, run ``body(ctx, event)`` for each ``event_class``.
+
+        The saga stays at its step (``step_index`` is unchanged, ``version`` moves on);
+        the body has the step's context, and step-scoped timers it schedules belong to the
+        waiting step: the end of the wait cancels them.
+        """
+        self._current_step("meanwhile")
+        if len(self._steps) == 1:
+            raise self._fail("meanwhile() belongs to a wait: call it after wait_for()")
+        self._check_callable("meanwhile", body)
+        trigger = self._trigger("meanwhile", event_class, key)
+        index = len(self._steps) - 1
+        declared = self._meanwhile.setdefault(index, [])
+        if any(m.trigger.event_type == trigger.event_type for m in declared):
+            raise self._fail(f"meanwhile() for {event_class.__name__} is already declared")
+        declared.append(Meanwhile(trigger=trigger, body=body))
         return self
 
     def then(self, body: Body) -> FlowBuilder:
@@ -202,7 +240,12 @@ class FlowBuilder:
             flow_name=self._factory.flow_name,
             state_class=self._state_class,
             steps=tuple(
-                StepDefinition(index=i, triggers=tuple(triggers), bodies=tuple(bodies))
+                StepDefinition(
+                    index=i,
+                    triggers=tuple(triggers),
+                    bodies=tuple(bodies),
+                    meanwhile=tuple(self._meanwhile.get(i, ())),
+                )
                 for i, (triggers, bodies) in enumerate(self._steps)
             ),
             auto_complete=auto_complete,

@@ -37,6 +37,8 @@ class Trigger:
     event_class: type
     event_type: str
     key: KeySelector | None
+    #: ``keep_early=True``: the event reaching an earlier step is kept for this one.
+    keep_early: bool = False
 
     def key_for(self, event: Any, *, where: Callable[[], str]) -> str:
         """Return the correlation key for ``event`` ("" for single-instance flows).
@@ -51,6 +53,12 @@ class Trigger:
         if self.key is None:
             return ""
         value = self.key(event)
+        if value == "":
+            # "" is the single instance's key: a keyed flow's event would reach that one.
+            raise ValueError(
+                f"{where()}: the key for {self.event_type!r} returned an empty str; a keyed "
+                "flow needs a non-empty correlation key"
+            )
         # The messages name the type or the length, never the key: it is usually a
         # customer's or an order's id, and errors end up in logs and dead-letter reasons.
         if not isinstance(value, str):
@@ -79,10 +87,27 @@ class StepBody:
 
 
 @dataclass(frozen=True)
+class Meanwhile:
+    """``.meanwhile(E, body)``: while its step waits, an ``E`` runs ``body`` in place."""
+
+    trigger: Trigger
+    body: Body
+
+
+@dataclass(frozen=True)
 class StepDefinition:
     index: int
     triggers: tuple[Trigger, ...]
     bodies: tuple[StepBody, ...]
+    meanwhile: tuple[Meanwhile, ...] = ()
+
+    @property
+    def kept_types(self) -> frozenset[str]:
+        """The event types this step keeps when they arrive early (``keep_early=True``)."""
+        return frozenset(t.event_type for t in self.triggers if t.keep_early)
+
+    def meanwhile_for(self, event_type: str) -> Meanwhile | None:
+        return next((m for m in self.meanwhile if m.trigger.event_type == event_type), None)
 
     @property
     def label(self) -> str:
@@ -141,6 +166,9 @@ class FlowDefinition:
     _routes: Mapping[str, tuple[tuple[int, Trigger], ...]] = field(
         default_factory=dict, repr=False, compare=False
     )
+    _meanwhile: Mapping[str, tuple[tuple[int, Trigger], ...]] = field(
+        default_factory=dict, repr=False, compare=False
+    )
 
     def __post_init__(self) -> None:
         routes: dict[str, list[tuple[int, Trigger]]] = {}
@@ -148,6 +176,11 @@ class FlowDefinition:
             for trigger in step.triggers:
                 routes.setdefault(trigger.event_type, []).append((step.index, trigger))
         object.__setattr__(self, "_routes", {k: tuple(v) for k, v in routes.items()})
+        meanwhile: dict[str, list[tuple[int, Trigger]]] = {}
+        for step in self.steps:
+            for m in step.meanwhile:
+                meanwhile.setdefault(m.trigger.event_type, []).append((step.index, m.trigger))
+        object.__setattr__(self, "_meanwhile", {k: tuple(v) for k, v in meanwhile.items()})
 
     @property
     def state_type(self) -> str:
@@ -155,11 +188,30 @@ class FlowDefinition:
 
     @property
     def event_types(self) -> frozenset[str]:
-        return frozenset(self._routes)
+        return frozenset(self._routes) | frozenset(self._meanwhile)
+
+    @property
+    def keeps_early(self) -> bool:
+        """Whether any wait keeps early events: only then do kept rows cost a statement."""
+        return any(step.kept_types for step in self.steps)
 
     def routes(self, event_type: str) -> tuple[tuple[int, Trigger], ...]:
         """The (step index, trigger) pairs that ``event_type`` can wake."""
         return self._routes.get(event_type, ())
+
+    def meanwhile_routes(self, event_type: str) -> tuple[tuple[int, Trigger], ...]:
+        """The (step index, trigger) pairs of the waits that run ``event_type`` meanwhile."""
+        return self._meanwhile.get(event_type, ())
+
+    def kept_for(self, step_index: int, event_type: str) -> int | None:
+        """The step that keeps an ``event_type`` reaching a saga at ``step_index``, or
+        ``None``: the next later step that awaits the type, if it keeps it early."""
+        for step in self.steps[step_index + 1 :]:
+            if event_type in step.kept_types:
+                return step.index
+            if any(t.event_type == event_type for t in step.triggers):
+                return None
+        return None
 
     def new_state(self) -> Any:
         return self.state_class()

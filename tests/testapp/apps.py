@@ -12,6 +12,7 @@ class TestAppConfig(AppConfig):
     def saga_flows(self) -> list[type]:
         # Each test area keeps its flows in its own module's FLOWS list.
         from tests.testapp import (
+            branch_flows,
             delayed_flows,
             dispatch_flows,
             flows,
@@ -29,4 +30,5 @@ class TestAppConfig(AppConfig):
             *parcel_flows.FLOWS,
             *dispatch_flows.FLOWS,
             *delayed_flows.FLOWS,
+            *branch_flows.FLOWS,
         ]
