@@ -147,10 +147,14 @@ def vacuum_timers() -> None:
 
 
 def saga_tables() -> list[str]:
-    from bsft_saga.models import SagaInboxEntry, SagaInstance, SagaOutboxMessage, SagaTimeout
+    """Every table of bsft_saga's models, the instances' last (the others point at them)."""
+    from django.apps import apps
 
-    return [
-        m._meta.db_table for m in (SagaTimeout, SagaInboxEntry, SagaOutboxMessage, SagaInstance)
+    from bsft_saga.models import SagaInstance
+
+    models = apps.get_app_config("bsft_saga").get_models()
+    return [m._meta.db_table for m in models if m is not SagaInstance] + [
+        SagaInstance._meta.db_table
     ]
 
 

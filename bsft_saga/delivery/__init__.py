@@ -10,7 +10,8 @@ same pass (:func:`~bsft_saga.delivery.passes.run_pass`):
 2. **run** each row's receivers with no transaction open; the steps they wake stage their
    windows with the pass (:mod:`~bsft_saga.delivery.staging`);
 3. **commit** in groups (:mod:`~bsft_saga.delivery.commit`): the windows and the rows'
-   stamps, a savepoint per row, in one lock order, at least every 100 ms; a row whose
+   stamps in one transaction, in one lock order (each row on its own: a row that must be
+   undone sends the group back to a savepoint per row), at least every 100 ms; a row whose
    receivers raised records a failed attempt instead, retried after a back-off
    (:mod:`~bsft_saga.delivery.backoff`) and dead-lettered at ``MAX_DISPATCH_ATTEMPTS``.
 

@@ -3,8 +3,8 @@
 A pass runs each row's receivers with no transaction open and keeps what they left to
 write: the windows of the steps the row's event woke (staged by the engine) and the row's
 own stamp. A :class:`CommitGroup` collects those :class:`Unit` s and writes them in one
-transaction, each unit in a savepoint, so that one WAL flush covers many rows and no lock
-is held while user code runs.
+transaction, so that one WAL flush covers many rows and no lock is held while user code
+runs.
 
 The lock order is the same in every transaction that writes sagas, so that two passes, or
 a pass and a publisher, never wait for each other in a circle: instances being created

@@ -6,19 +6,25 @@
    ``event_published`` signal; a step it wakes plans and runs its bodies as for any event,
    and stages its window with the pass instead of committing it
    (:mod:`~bsft_saga.delivery.staging`).
-3. **Commit** what has been delivered (windows and stamps, a savepoint per row, in one lock
-   order: :mod:`~bsft_saga.delivery.commit`) at least every :data:`COMMIT_INTERVAL` of
-   delivering, before a row whose saga already has writes waiting, and at the end of the
-   batch. A row whose window lost a version race is delivered again (its receivers run
-   again); a row whose receivers raised discards its writes and records a failed attempt.
+3. **Commit** what has been delivered (windows and stamps in one transaction, in one lock
+   order, each row on its own: :mod:`~bsft_saga.delivery.commit`) at least every
+   :data:`COMMIT_INTERVAL` of delivering, before a row whose saga already has writes
+   waiting, and at the end of the batch. A row whose window lost a version race is
+   delivered again (its receivers run again); a row whose receivers raised discards its
+   writes and records a failed attempt.
 4. **After each commit**, the outbox rows its steps staged are delivered the same way (by
    ``on_commit``).
 
 So a saga is never left uncommitted behind its own receivers for longer than a commit
 interval (or the one row being delivered, if that takes longer), no lock is held while user
 code runs, and a pass killed at any moment repeats the receivers of the rows of its last
-group only. If the pass is running inside a caller's transaction (a test wrapped in one),
-its commits are savepoints of that transaction and each row's receivers run in a savepoint.
+group only. The claim also reads what the steps its rows wake would look up first (their
+sagas, whether they handled the row's message, whether ending their wait cancels a timer):
+a step takes that answer instead of a query while it is fresh (one commit interval, and
+only until the pass commits to its saga); one that went stale loses its version check.
+
+If the pass is running inside a caller's transaction (a test wrapped in one), its commits
+are savepoints of that transaction and each row's receivers run in a savepoint.
 """
 
 from __future__ import annotations
