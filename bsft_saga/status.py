@@ -19,7 +19,7 @@ from django.db.models import Count, Min
 
 from bsft_saga import clock
 from bsft_saga.db.datetimes import readable_q
-from bsft_saga.models import SagaInstance, SagaOutboxMessage, SagaTimeout
+from bsft_saga.models import SagaInstance, SagaKeptEvent, SagaOutboxMessage, SagaTimeout
 from bsft_saga.querysets import SagaTimeoutQuerySet, outbox_due_at
 
 __all__ = ["SagaStatus", "dead_letters", "due_timers", "lag_seconds", "saga_status"]
@@ -44,6 +44,8 @@ class SagaStatus:
       undelivered outbox rows' ``deliver_at`` (``created_at`` for a row that is not a
       delayed message); 0 when there is none. A healthy system stays within a
       POLL_INTERVAL or two; a growing lag means nothing drains.
+    - ``events_kept``: events kept for a later step of their saga (``keep_early=True``),
+      not applied yet.
     """
 
     active_instances: int
@@ -55,6 +57,7 @@ class SagaStatus:
     outbox_scheduled: int
     outbox_dead_lettered: int
     lag_seconds: float
+    events_kept: int = 0
 
     def as_dict(self) -> dict[str, int | float]:
         """The JSON document of ``saga_status --format json`` and ``GET status/``."""
@@ -69,7 +72,7 @@ class SagaStatus:
 def saga_status(*, now: datetime | None = None) -> SagaStatus:
     """Count what is active, waiting, late and given up, at ``now`` (default: the clock).
 
-    Nine numbers from seven small queries, each a count or a ``MIN`` over a partial
+    Ten numbers from eight small queries, each a count or a ``MIN`` over a partial
     index. The queries do not run in one snapshot: under load the numbers may disagree by
     the rows that moved between two of them.
     """
@@ -89,6 +92,7 @@ def saga_status(*, now: datetime | None = None) -> SagaStatus:
         outbox_scheduled=max(0, outbox_pending - outbox["count"]),
         outbox_dead_lettered=SagaOutboxMessage.objects.dead_lettered().count(),
         lag_seconds=_lag(moment, due["oldest"], outbox["oldest"]),
+        events_kept=SagaKeptEvent.objects.count(),
     )
 
 

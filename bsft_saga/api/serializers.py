@@ -137,3 +137,6 @@ class SagaStatusSerializer(serializers.Serializer[dict[str, object]]):
         help_text="Now minus the oldest due timer's due_at or undelivered outbox row's "
         "deliver_at (created_at for a row delivered at once); 0 when there is none."
     )
+    events_kept = serializers.IntegerField(
+        help_text="Events kept for a later step of their saga (keep_early), not applied yet."
+    )

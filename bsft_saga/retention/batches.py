@@ -19,7 +19,13 @@ from typing import Any, Self
 from django.db import connections
 from django.db.models import Exists, OuterRef, QuerySet
 
-from bsft_saga.models import SagaInboxEntry, SagaInstance, SagaOutboxMessage, SagaTimeout
+from bsft_saga.models import (
+    SagaInboxEntry,
+    SagaInstance,
+    SagaKeptEvent,
+    SagaOutboxMessage,
+    SagaTimeout,
+)
 from bsft_saga.querysets import SagaOutboxQuerySet, SagaTimeoutQuerySet
 
 #: Rows per statement unless told otherwise: small enough that no statement holds its
@@ -35,6 +41,7 @@ class DeletedRows:
     inbox: int = 0
     timeouts: int = 0
     outbox: int = 0
+    kept: int = 0
 
     def __add__(self, other: Self) -> Self:
         return type(self)(*map(operator.add, astuple(self), astuple(other)))
@@ -101,7 +108,8 @@ def delete_children(
     outbox: SagaOutboxQuerySet,
     batch_size: int,
 ) -> DeletedRows:
-    """Delete these instances' inbox rows and those of their rows in ``timeouts``/``outbox``.
+    """Delete these instances' inbox rows and kept events, and those of their rows in
+    ``timeouts``/``outbox``.
 
     ``timeouts`` and ``outbox`` say which of the instances' timer and outbox rows may go
     (a purge spares live ones, an erasure nothing).
@@ -111,6 +119,7 @@ def delete_children(
         inbox=delete_in_batches(SagaInboxEntry.objects.filter(saga_id__in=ids), batch_size),
         timeouts=delete_in_batches(timeouts.filter(saga_id__in=ids), batch_size),
         outbox=delete_in_batches(outbox.filter(saga_id__in=ids), batch_size),
+        kept=delete_in_batches(SagaKeptEvent.objects.filter(saga_id__in=ids), batch_size),
     )
 
 
@@ -126,5 +135,6 @@ def delete_childless(ids: Sequence[uuid.UUID]) -> int:
         .exclude(Exists(SagaInboxEntry.objects.filter(**of_instance)))
         .exclude(Exists(SagaTimeout.objects.filter(**of_instance)))
         .exclude(Exists(SagaOutboxMessage.objects.filter(**of_instance)))
+        .exclude(Exists(SagaKeptEvent.objects.filter(**of_instance)))
     )
     return childless._raw_delete(childless.db)

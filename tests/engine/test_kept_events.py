@@ -17,6 +17,8 @@ from bsft_saga import publish
 from bsft_saga.draining import drain_pass
 from bsft_saga.engine import handler
 from bsft_saga.models import SagaInboxEntry, SagaInstance, SagaKeptEvent, SagaOutboxMessage
+from bsft_saga.retention import erase_saga_data
+from bsft_saga.status import saga_status
 from bsft_saga.testing import SagaHarness
 from tests.support.timer_fixtures import T0
 from tests.testapp.branch_events import (
@@ -184,3 +186,22 @@ def test_a_note_meanwhile_does_not_move_the_step() -> None:
     assert (after.step_index, after.version) == (before.step_index, before.version + 1)
     assert after.state["log"][-1] == "fragile"
     assert uuid.UUID(str(after.pk)) == before.pk
+
+
+def test_saga_status_counts_the_kept_events() -> None:
+    publish(OrderAccepted("o-11"))
+    publish(ParcelPacked("o-11"))
+
+    assert saga_status().events_kept == 1
+    assert saga_status().as_dict()["events_kept"] == 1
+
+
+def test_a_purged_or_erased_instance_takes_its_kept_events_along() -> None:
+    publish(OrderAccepted("o-12"))
+    publish(ParcelPacked("o-12"))
+
+    report = erase_saga_data(FulfilmentFlow.saga_type, "o-12", include_active=True)
+
+    assert report.rows.kept == 1
+    assert not SagaInstance.objects.filter(correlation_key="o-12").exists()
+    assert not SagaKeptEvent.objects.exists()

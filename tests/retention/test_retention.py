@@ -330,10 +330,13 @@ def test_a_bulk_purge_deletes_thousands_of_instances_in_bounded_statements() -> 
     # A table's rows go in DELETEs of BATCH rows until one deletes fewer (maybe none).
     # The retired timers and delivered outbox rows go first, whoever they belong to; then
     # each page of at most BATCH instances costs one SELECT of their ids, its inbox rows,
-    # the DELETEs that find no timer and no outbox row left, and one for the instances.
+    # the DELETEs that find no timer, no outbox row and no kept event left, and one for the
+    # instances.
     pages = [BATCH] * (BULK // BATCH) + [BULK % BATCH]
     expected = deletes(BULK) + deletes(BULK)
-    expected += sum(1 + deletes(2 * page) + deletes(0) + deletes(0) + 1 for page in pages)
+    expected += sum(
+        1 + deletes(2 * page) + deletes(0) + deletes(0) + deletes(0) + 1 for page in pages
+    )
     assert len(statements) == expected
     instance_deletes = [sql for sql in statements if sql.startswith(INSTANCE_DELETE)]
     assert len(instance_deletes) == len(pages)

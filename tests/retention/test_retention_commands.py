@@ -157,7 +157,7 @@ def test_the_task_purges_with_the_retention_defaults(history: dict[str, Any]) ->
     assert purge_task.name == "bsft_saga.tasks.purge_saga_data"
     result = purge_task.apply().get()
 
-    assert result == {"instances": 1, "inbox": 2, "timeouts": 1, "outbox": 1, "audit": 0}
+    assert result == {"instances": 1, "inbox": 2, "timeouts": 1, "outbox": 1, "kept": 0, "audit": 0}
     with override_settings(BSFT_SAGA={"RETENTION": {"KEEP_DEAD_LETTERED": False}}):
         assert purge_task.apply().get()["instances"] == 1
 
