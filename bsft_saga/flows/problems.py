@@ -14,3 +14,66 @@ class FlowProblem:
     message: str
     obj: Any
     hint: str | None = None
+
+
+def shape_problems(definition: Any, obj: Any) -> list[FlowProblem]:
+    """What is wrong with the shape of a built flow ``definition`` (``obj``: its class).
+
+    E018: keyed and unkeyed waits mixed: the unkeyed ones reach the single instance (key
+    ``""``), never the keyed instances. E019: ``keep_early`` on a wait that no earlier wait
+    precedes (the first wait after the start): an active saga is never at an earlier step,
+    so nothing is ever kept. E021: ``meanwhile`` for a type its own step awaits: the wait
+    would take the event, and the body never runs.
+    """
+    problems = []
+    triggers = [
+        (step, trigger, verb)
+        for step in definition.steps
+        for verb, group in (
+            ("", step.triggers),
+            ("meanwhile ", [m.trigger for m in step.meanwhile]),
+        )
+        for trigger in group
+    ]
+    keyed = [(step, t, verb) for step, t, verb in triggers if t.key is not None]
+    unkeyed = [(step, t, verb) for step, t, verb in triggers if t.key is None]
+    if keyed and unkeyed:
+        step, trigger, verb = unkeyed[0]
+        problems.append(
+            FlowProblem(
+                "bsft_saga.E018",
+                f"{definition.where(step.index)}: {verb}{trigger.event_class.__name__} has no "
+                "key while other waits of the flow have one; it would only reach the single "
+                "instance",
+                obj,
+                hint="Give every start_with/wait_for/or_/meanwhile a key=, or none of them.",
+            )
+        )
+    for step in definition.steps[:2]:
+        for trigger in step.triggers:
+            if trigger.keep_early:
+                problems.append(
+                    FlowProblem(
+                        "bsft_saga.E019",
+                        f"{definition.where(step.index)}: keep_early on "
+                        f"{trigger.event_class.__name__}, but no earlier wait precedes this "
+                        "step: an active saga is never before it, so nothing is ever kept",
+                        obj,
+                        hint="Drop keep_early=True, or move the wait after another wait.",
+                    )
+                )
+    for step in definition.steps:
+        awaited = {t.event_type for t in step.triggers}
+        for m in step.meanwhile:
+            if m.trigger.event_type in awaited:
+                problems.append(
+                    FlowProblem(
+                        "bsft_saga.E021",
+                        f"{definition.where(step.index)}: meanwhile for "
+                        f"{m.trigger.event_class.__name__}, which this step also awaits: the "
+                        "wait takes the event and the meanwhile body never runs",
+                        obj,
+                        hint="Await the type, or run it meanwhile; not both in one step.",
+                    )
+                )
+    return problems

@@ -16,7 +16,7 @@ from bsft_saga.exceptions import UnknownFlowVersion
 from bsft_saga.flows import activation
 from bsft_saga.flows.base import SagaFlow
 from bsft_saga.flows.definition import FlowDefinition
-from bsft_saga.flows.problems import FlowProblem
+from bsft_saga.flows.problems import FlowProblem, shape_problems
 from bsft_saga.flows.versions import build_previous_versions
 
 __all__ = ["FlowProblem", "FlowRegistry", "flow_registry"]
@@ -87,6 +87,7 @@ class FlowRegistry:
                 )
             )
             return
+        self.problems += shape_problems(definition, flow_class)
         earlier, problems = build_previous_versions(flow_class, definition)
         self.problems += problems
         self._by_saga_type[definition.saga_type] = definition
