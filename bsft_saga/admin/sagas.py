@@ -43,7 +43,13 @@ from bsft_saga.audit import READ_CONTENT, get_audit_recorder, record_action
 from bsft_saga.conf import saga_settings
 from bsft_saga.db.datetimes import readable_rows, unreadable_fields
 from bsft_saga.delivery.requeue import RequeueReport
-from bsft_saga.models import SagaAuditRecord, SagaInstance, SagaOutboxMessage, SagaTimeout
+from bsft_saga.models import (
+    SagaAuditRecord,
+    SagaInstance,
+    SagaKeptEvent,
+    SagaOutboxMessage,
+    SagaTimeout,
+)
 from bsft_saga.querysets import (
     OUTBOX_STATUSES,
     TIMER_STATUSES,
@@ -215,6 +221,34 @@ class SagaTimeoutInline(NoWritesMixin, admin.TabularInline):
         return _status_label(obj)
 
 
+class SagaKeptEventInline(NoWritesMixin, admin.TabularInline):
+    """The events kept for a later step (``keep_early``); their payloads are content: shown
+    only to content readers, whose read of the page is audited like the state."""
+
+    model = SagaKeptEvent
+    fields = ("event_type", "step_index", "kept_at", "message_id", "correlation_id")
+    content_fields = ("payload_json",)
+    ordering = ("kept_at", "id")
+    extra = 0
+    max_num = 0
+    can_delete = False
+    verbose_name_plural = _("kept events")
+
+    def has_view_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        # Part of the instance's page, as its timers are: seen by whoever sees the instance.
+        return request.user.has_perm("bsft_saga.view_sagainstance")
+
+    def get_fields(self, request: HttpRequest, obj: Any = None) -> Any:
+        return [*self.fields, *(self.content_fields if shows_content(request) else ())]
+
+    def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> Any:
+        return self.get_fields(request, obj)
+
+    @admin.display(description=_("payload"))
+    def payload_json(self, obj: SagaKeptEvent) -> SafeString:
+        return _pretty_json(obj.payload)
+
+
 @admin.register(SagaInstance)
 class SagaInstanceAdmin(TerminateSagasAction, ReadOnlyAdmin):
     list_display = (
@@ -233,7 +267,7 @@ class SagaInstanceAdmin(TerminateSagasAction, ReadOnlyAdmin):
     ordering = ("-updated_at",)
     fields = (*SagaInstance.PROGRESS_FIELDS, "terminated_reason", "timers")
     content_fields = ("state_json",)
-    inlines = (SagaTimeoutInline,)
+    inlines = (SagaTimeoutInline, SagaKeptEventInline)
     actions = ("terminate_sagas",)
 
     @admin.display(description=_("correlation key"), ordering="correlation_key")
@@ -246,6 +280,12 @@ class SagaInstanceAdmin(TerminateSagasAction, ReadOnlyAdmin):
 
     def audited_saga(self, obj: SagaInstance) -> SagaInstance:
         return obj
+
+    def get_inlines(self, request: HttpRequest, obj: Any) -> Any:
+        # Kept events are rare and short-lived: their inline only where there are some.
+        if obj is not None and obj.kept_events.exists():
+            return self.inlines
+        return (SagaTimeoutInline,)
 
     def get_formset_kwargs(
         self, request: HttpRequest, obj: Any, inline: Any, prefix: str

@@ -15,7 +15,7 @@ from rest_framework import serializers
 
 from bsft_saga import clock
 from bsft_saga.db.datetimes import readable_rows, unreadable_fields
-from bsft_saga.models import SagaInstance, SagaOutboxMessage, SagaTimeout
+from bsft_saga.models import SagaInstance, SagaKeptEvent, SagaOutboxMessage, SagaTimeout
 from bsft_saga.timeouts.listing import listed_timers
 
 #: The key that names a row's unreadable datetime fields (only on such a row).
@@ -83,6 +83,26 @@ class SagaDelayedMessageSerializer(
         read_only_fields = DELAYED_MESSAGE_FIELDS
 
 
+KEPT_EVENT_FIELDS = [
+    "event_type",
+    "step_index",
+    "message_id",
+    "correlation_id",
+    "causation_id",
+    "deadline",
+    "published_at",
+    "kept_at",
+    "payload",
+]
+
+
+class SagaKeptEventSerializer(ReadableDatetimesMixin, serializers.ModelSerializer[SagaKeptEvent]):
+    class Meta:
+        model = SagaKeptEvent
+        fields = KEPT_EVENT_FIELDS
+        read_only_fields = KEPT_EVENT_FIELDS
+
+
 class SagaInstanceDetailSerializer(SagaInstanceSerializer):
     """Adds the state (plain JSON, as stored), the instance's timers and their count, and
     the delayed messages its steps published that still wait for their ``deliver_at``.
@@ -91,15 +111,30 @@ class SagaInstanceDetailSerializer(SagaInstanceSerializer):
     retired ones (``bsft_saga.timeouts.listing``); ``timeouts_total`` counts them all, and
     ``GET instances/<id>/timeouts/`` pages through the rest. ``delayed_messages`` lists the
     waiting ones soonest first (their event types and times; not their payloads).
+    ``kept_events``: the events kept for a later step (``keep_early``), oldest first, with
+    their payloads (content, audited with the rest of the detail).
     """
 
     timeouts = serializers.SerializerMethodField()
     timeouts_total = serializers.SerializerMethodField()
     delayed_messages = serializers.SerializerMethodField()
+    kept_events = serializers.SerializerMethodField()
 
     class Meta(SagaInstanceSerializer.Meta):
-        fields = [*INSTANCE_FIELDS, "state", "timeouts", "timeouts_total", "delayed_messages"]
+        fields = [
+            *INSTANCE_FIELDS,
+            "state",
+            "timeouts",
+            "timeouts_total",
+            "delayed_messages",
+            "kept_events",
+        ]
         read_only_fields = fields
+
+    @extend_schema_field(SagaKeptEventSerializer(many=True))
+    def get_kept_events(self, instance: SagaInstance) -> Any:
+        kept = instance.kept_events.order_by("kept_at", "id")
+        return SagaKeptEventSerializer(readable_rows(kept), many=True).data
 
     @extend_schema_field(SagaDelayedMessageSerializer(many=True))
     def get_delayed_messages(self, instance: SagaInstance) -> Any:

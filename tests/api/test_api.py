@@ -354,6 +354,7 @@ def test_detail_adds_the_state_as_plain_json(reader: APIClient) -> None:
         "timeouts",
         "timeouts_total",
         "delayed_messages",
+        "kept_events",
     }
     assert body["id"] == str(saga.pk)
     assert body["state"]["total"] == "250.00"

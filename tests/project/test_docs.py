@@ -78,6 +78,7 @@ COPIED_FROM = {
         "tests.testapp.engine_events",
         "tests.testapp.flows",
         "tests.engine.test_apublish",
+        "tests.testapp.branch_flows",
     ],
 }
 
