@@ -20,7 +20,13 @@ from collections.abc import Sequence
 from datetime import timedelta
 from typing import Any
 
-from bsft_saga.flows.definition import FlowDefinition, StepBody, StepDefinition
+from bsft_saga.flows.definition import (
+    FlowDefinition,
+    Meanwhile,
+    StepBody,
+    StepDefinition,
+    Trigger,
+)
 
 __all__ = ["FORMATS", "render", "render_dot", "render_mermaid"]
 
@@ -95,6 +101,17 @@ def _step_lines(step: StepDefinition) -> list[str]:
     return [f"{step.index} {verb} {events}", *(_body_line(b) for b in step.bodies)]
 
 
+def _edge_text(trigger: Trigger) -> str:
+    """An awaited event's edge; one that ``keep_early`` keeps says so."""
+    name = _event_name(trigger.event_class)
+    return f"{name} (kept if early)" if trigger.keep_early else name
+
+
+def _meanwhile_text(meanwhile: Meanwhile) -> str:
+    """A ``meanwhile`` loop on the waiting step: the event, then its body."""
+    return f"meanwhile {_event_name(meanwhile.trigger.event_class)}: {_name(meanwhile.body)}"
+
+
 def _event_name(event_class: type) -> str:
     return _UNSAFE.sub("_", event_class.__name__)
 
@@ -137,9 +154,8 @@ def _mermaid_flow(definition: FlowDefinition, prefix: str, title: str) -> list[s
         inner += [f"{sid(step.index)} : {_mermaid_text(line)}" for line in _step_lines(step)]
     for step in definition.steps:
         source = "[*]" if step.index == 0 else sid(step.index - 1)
-        inner += [
-            f"{source} --> {sid(step.index)} : {_event_name(t.event_class)}" for t in step.triggers
-        ]
+        inner += [f"{source} --> {sid(step.index)} : {_edge_text(t)}" for t in step.triggers]
+        inner += [f"{source} --> {source} : {_meanwhile_text(m)}" for m in step.meanwhile]
     if definition.auto_complete:
         inner.append(f"{sid(len(definition.steps) - 1)} --> [*]")
     else:
@@ -180,8 +196,12 @@ def _dot_flow(definition: FlowDefinition, prefix: str, title: str) -> list[str]:
     for step in definition.steps:
         source = f"{prefix}_start" if step.index == 0 else sid(step.index - 1)
         inner += [
-            f"{source} -> {sid(step.index)} [label={_dot_quote(_event_name(t.event_class))}];"
+            f"{source} -> {sid(step.index)} [label={_dot_quote(_edge_text(t))}];"
             for t in step.triggers
+        ]
+        inner += [
+            f"{source} -> {source} [label={_dot_quote(_meanwhile_text(m))}, style=dashed];"
+            for m in step.meanwhile
         ]
     if definition.auto_complete:
         inner.append(f"{sid(len(definition.steps) - 1)} -> {prefix}_end;")

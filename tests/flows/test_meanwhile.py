@@ -9,11 +9,13 @@ from datetime import timedelta
 import pytest
 
 from bsft_saga import publish
+from bsft_saga.flows.graph import render
+from bsft_saga.flows.registry import flow_registry
 from bsft_saga.models import SagaInstance, SagaOutboxMessage
 from bsft_saga.testing import SagaHarness
 from tests.support.timer_fixtures import T0
 from tests.testapp.branch_events import InvoiceIssued, InvoicePaid, PaymentReminderDue
-from tests.testapp.branch_flows import MAX_REMINDERS, DunningFlow
+from tests.testapp.branch_flows import MAX_REMINDERS, DunningFlow, FulfilmentFlow
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -67,3 +69,16 @@ def test_a_meanwhile_event_for_no_instance_starts_nothing() -> None:
     publish(PaymentReminderDue("i-4"))
 
     assert not SagaInstance.objects.filter(saga_type=DunningFlow.saga_type).exists()
+
+
+@pytest.mark.parametrize("fmt", ["mermaid", "dot"])
+def test_saga_graph_draws_the_meanwhile_loop_on_the_waiting_step(fmt: str) -> None:
+    drawn = render([flow_registry.get(DunningFlow)], fmt)
+
+    assert "meanwhile PaymentReminderDue: _remind" in drawn
+    loop = "step0 --> " if fmt == "mermaid" else "step0 -> "
+    assert any(loop in line and "meanwhile" in line for line in drawn.splitlines())
+
+
+def test_saga_graph_marks_a_wait_that_keeps_early_events() -> None:
+    assert "ParcelPacked (kept if early)" in render([flow_registry.get(FulfilmentFlow)], "mermaid")
