@@ -164,53 +164,52 @@ class CommitGroup(Generic[R]):
         timers. A statement of several rows charges none of them if it costs the
         connection (as the group's COMMIT would not).
         """
+        with transaction.atomic():
+            try:
+                committed = self._write_together(units, advances)
+            except DatabaseError as exc:
+                # Asked inside the transaction: once it has rolled back, Django has
+                # reconnected, and a lost connection would pass for a failed write.
+                if lost_the_connection(exc):
+                    raise
+                raise _RowByRow from exc
+        return committed
+
+    def _write_together(self, units: list[Unit[R]], advances: list[Advance | None]) -> Committed[R]:
         outcomes: list[tuple[R, Outcome]] = []
         conflicted: list[R] = []
         channel = self.channel
         written = [advance for advance in advances if advance is not None]
-        try:
-            with transaction.atomic():
-                matched: set[Any] = set()
-                if written:
-                    first = written[0]
-                    matched = sql.update_then_insert_each(
-                        first.model,
-                        [(advance.values, advance.where) for advance in written],
-                        then=(first.then[0], [advance.then[1] for advance in written]),
-                    )
-                advanced = [
-                    advance is not None and _key(advance) in matched for advance in advances
-                ]
-                stamping = [
-                    unit
-                    for unit, advance, done in zip(units, advances, advanced, strict=True)
-                    if advance is None or done
-                ]
-                retire = {
-                    **channel.delivered(clock.now()),
-                    "claimed_until": None,
-                    "next_attempt_at": None,
-                }
-                held = {"claim_token": self.token, **channel.pending_where}
-                pks = [unit.row.pk for unit in stamping]
-                stamped = sql.update_each(channel.model, retire, held, pks)
-                for unit, advance, done in zip(units, advances, advanced, strict=True):
-                    if advance is not None and not done:
-                        conflicted.append(unit.row)
-                    elif unit.row.pk not in stamped:
-                        if done:
-                            raise _RowByRow  # its saga's advance is written: undo it
-                        outcomes.append((unit.row, Outcome.UNCLAIMED))
-                    else:
-                        if done:
-                            self.writing = unit.row
-                            unit.windows[0].write()
-                        outcomes.append((unit.row, Outcome.DELIVERED))
-                self.writing = None
-        except DatabaseError as exc:
-            if lost_the_connection(exc):
-                raise
-            raise _RowByRow from exc
+        matched: set[Any] = set()
+        if written:
+            first = written[0]
+            matched = sql.update_then_insert_each(
+                first.model,
+                [(advance.values, advance.where) for advance in written],
+                then=(first.then[0], [advance.then[1] for advance in written]),
+            )
+        advanced = [advance is not None and _key(advance) in matched for advance in advances]
+        stamping = [
+            unit
+            for unit, advance, done in zip(units, advances, advanced, strict=True)
+            if advance is None or done
+        ]
+        retire = {**channel.delivered(clock.now()), "claimed_until": None, "next_attempt_at": None}
+        held = {"claim_token": self.token, **channel.pending_where}
+        stamped = sql.update_each(channel.model, retire, held, [unit.row.pk for unit in stamping])
+        for unit, advance, done in zip(units, advances, advanced, strict=True):
+            if advance is not None and not done:
+                conflicted.append(unit.row)
+            elif unit.row.pk not in stamped:
+                if done:
+                    raise _RowByRow  # its saga's advance is written: undo it
+                outcomes.append((unit.row, Outcome.UNCLAIMED))
+            else:
+                if done:
+                    self.writing = unit.row
+                    unit.windows[0].write()
+                outcomes.append((unit.row, Outcome.DELIVERED))
+        self.writing = None
         return Committed(outcomes, conflicted, [])
 
     def _commit(

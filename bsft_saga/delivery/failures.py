@@ -54,15 +54,32 @@ def _storable(reason: str) -> str:
 def lost_the_connection(exc: BaseException) -> bool:
     """Whether ``exc`` left the default connection unusable (a failover, a killed session).
 
-    Inside a transaction, one whose savepoint could not be rolled back is broken. Outside
-    one Django notices a lost connection only on the next query, so this asks the database
-    (one ``SELECT 1``), and only after a database error.
+    Inside a transaction, one whose savepoint could not be rolled back is broken, and so is
+    one the driver found broken (a statement that failed with no savepoint to roll back
+    to: a commit group written at once). Outside one Django notices a lost connection only
+    on the next query, so this asks the database (one ``SELECT 1``), and only after a
+    database error.
     """
     if not isinstance(exc, DatabaseError):
         return False
     if connection.in_atomic_block:
-        return connection.needs_rollback or connection.closed_in_transaction
+        return (
+            connection.needs_rollback
+            or connection.closed_in_transaction
+            or _broken(connection.connection)
+        )
     return connection.connection is None or not connection.is_usable()
+
+
+def _broken(driver_connection: Any) -> bool:
+    """Whether the driver knows its connection is gone: psycopg 3's ``broken``, psycopg
+    2's ``closed`` (SQLite's connections have neither, and do not break this way)."""
+    if driver_connection is None:
+        return True
+    broken = getattr(driver_connection, "broken", None)
+    if broken is not None:
+        return bool(broken)
+    return bool(getattr(driver_connection, "closed", False))
 
 
 def record_failure(

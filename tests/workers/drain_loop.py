@@ -12,7 +12,8 @@ Pause points:
 ``claim``
     before the claim's UPDATE, inside the claim's transaction;
 ``window``
-    before a woken step's version-checked UPDATE of its instance, inside the batch;
+    before the version-checked UPDATE of the woken steps' instances (on PostgreSQL one
+    statement for a commit group), inside the group's transaction;
 ``commit``
     before the COMMIT of a batch that stamped timers fired.
 """
@@ -28,8 +29,9 @@ from typing import Any
 POINTS = ("claim", "window", "commit")
 CLAIM_SQL = 'UPDATE "bsft_saga_sagatimeout" SET "claim_token"'
 STAMP_SQL = 'UPDATE "bsft_saga_sagatimeout" SET "dispatched_at"'
-# Contained, not leading: on PostgreSQL the step's update opens a WITH … INSERT statement.
-INSTANCE_UPDATE_SQL = 'UPDATE "bsft_saga_sagainstance" SET'
+# Contained, not leading: on PostgreSQL the steps' updates are a WITH … statement (a group's
+# names its table "AS i").
+INSTANCE_UPDATE_SQL = 'UPDATE "bsft_saga_sagainstance" '
 
 
 class Pause:
@@ -46,8 +48,11 @@ class Pause:
 
     def __call__(self, execute: Any, sql: str, params: Any, many: bool, context: Any) -> Any:
         if sql.startswith(STAMP_SQL) and "fired" in [str(p) for p in params or ()]:
-            self.stamped += 1
-            self.stamped_since_commit += 1
+            # On PostgreSQL one statement stamps a whole group: its last parameter, the ids.
+            last = params[-1]
+            stamps = len(last) if isinstance(last, list) else 1
+            self.stamped += stamps
+            self.stamped_since_commit += stamps
         if (self.point == "claim" and sql.startswith(CLAIM_SQL)) or (
             self.point == "window" and INSTANCE_UPDATE_SQL in sql
         ):

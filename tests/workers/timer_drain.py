@@ -25,8 +25,9 @@ commits what they left to write (the woken steps, the stamps) in groups:
 ``stop-mid-batch``
     SIGSTOP like ``kill-mid-batch``: no transaction is open, no row locked.
 ``stop-before-window``
-    SIGSTOP on the first woken step's version-checked UPDATE of its instance, inside the
-    pass's commit: the steps have run on the state they read, nothing is written yet.
+    SIGSTOP on the first version-checked UPDATE of the woken steps' instances (on
+    PostgreSQL one statement for the group), inside the pass's commit: the steps have run
+    on the state they read, nothing is written yet.
 ``kill-on-poison``
     SIGKILL in a receiver connected after the engine's, on every timer envelope of the saga
     ``--poison-saga``: a receiver that kills every dispatcher that fires that one timer.
@@ -55,9 +56,10 @@ FAULTS = (
     "stop-before-window",
     "kill-on-poison",
 )
-# Contained, not leading: on PostgreSQL a step's update and inbox row are one WITH statement.
+# Contained, not leading: on PostgreSQL the steps' updates and inbox rows are one WITH
+# statement (a group's, or a publisher's), and a group's names its table "AS i".
 INBOX_INSERT_SQL = 'INSERT INTO "bsft_saga_sagainboxentry"'
-INSTANCE_UPDATE_SQL = 'UPDATE "bsft_saga_sagainstance" SET'
+INSTANCE_UPDATE_SQL = 'UPDATE "bsft_saga_sagainstance" '
 
 
 def main() -> int:
