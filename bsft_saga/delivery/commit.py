@@ -137,6 +137,14 @@ class CommitGroup(Generic[R]):
         shape = None
         for unit in units:
             if not unit.windows:
+                if self.channel.saga_of(unit.row) is not None:
+                    # A timer that woke no step of its saga (its event went to plain
+                    # receivers) is stamped without its saga's row. Written at once, all
+                    # stamps come after all advances, so two groups could each stamp such a
+                    # timer of a saga the other advances, then wait for it while ending that
+                    # saga's wait (which cancels its step timers): a deadlock. Unit by unit,
+                    # the stamp takes its saga's place in the lock order instead.
+                    return None
                 advances.append(None)
                 continue
             if len(unit.windows) > 1:
