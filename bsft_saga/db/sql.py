@@ -331,14 +331,18 @@ def _update_then_insert_each_sql(
         for field, name in zip(where_fields, where_columns, strict=True)
     ]
     conditions += [f"i.{_quoted(_field(model, name).column)} IS NULL" for name in sorted(nulls)]
-    conditions.append(f'i.{key} IN (SELECT {key} FROM "l")')
+    # Arrays, not IN (subquery): probed down the primary key, where a semi-join may read the
+    # whole table (a hash of 100 keys against a scan of every row, cheaper on paper at
+    # tens of thousands of rows). The locked keys' array is built before the update reads
+    # a row: every row is locked, in key order, before any is written.
+    conditions.append(f'i.{key} = ANY(ARRAY(SELECT {key} FROM "l"))')
     by_key = where_columns[[field.primary_key for field in where_fields].index(True)]
     inserted = ", ".join(_quoted(field.column) for field in insert_fields)
     selected = ", ".join(f"v.{name}" for name in insert_columns)
     return (
         f'WITH "v" AS (SELECT * FROM unnest({arrays}) AS v({", ".join(names)})), '
-        f'"l" AS MATERIALIZED (SELECT {key} FROM {table} WHERE {key} IN '
-        f'(SELECT {by_key} FROM "v") ORDER BY {key} FOR UPDATE), '
+        f'"l" AS MATERIALIZED (SELECT {key} FROM {table} WHERE {key} = '
+        f'ANY(ARRAY(SELECT {by_key} FROM "v")) ORDER BY {key} FOR UPDATE), '
         f'"w0" AS (UPDATE {table} AS i SET {sets} FROM "v" WHERE {" AND ".join(conditions)} '
         f"RETURNING i.{key}), "
         f'"w1" AS (INSERT INTO {_quoted(into._meta.db_table)} ({inserted}) '
