@@ -789,6 +789,16 @@ def _require_dataclass_type(cls: object, caller: str) -> type[Any]:
     return cls
 
 
+#: The codec of each dataclass that was encoded or decoded at the top level, so that a
+#: call on a known class costs one dict lookup before its fields (its plan is ``_PLANS``').
+_ROOTS: dict[type[Any], _DataclassCodec] = {}
+
+
+def _root(cls: type[Any]) -> _DataclassCodec:
+    # Concurrent first uses may both build one; they are equal, so no lock.
+    return _ROOTS.setdefault(cls, _DataclassCodec(cls))
+
+
 # --- public API -----------------------------------------------------------------------
 
 
@@ -818,11 +828,14 @@ def encode(obj: Any) -> dict[str, Any]:
     match its annotation raises ``TypeError`` naming the field path and the offending type,
     e.g. ``Order.lines[2].price: expected Decimal, got float``.
     """
-    if isinstance(obj, type) or not dataclasses.is_dataclass(obj):
-        raise TypeError(f"encode() expects a dataclass instance, got {_describe(type(obj))}")
     cls = type(obj)
+    root = _ROOTS.get(cls)
+    if root is None:
+        if isinstance(obj, type) or not dataclasses.is_dataclass(obj):
+            raise TypeError(f"encode() expects a dataclass instance, got {_describe(cls)}")
+        root = _root(cls)
     try:
-        encoded: dict[str, Any] = _DataclassCodec(cls).encode(obj)
+        encoded: dict[str, Any] = root.encode(obj)
     except _Invalid as exc:
         raise TypeError(f"Cannot encode {cls.__name__}: {exc.where(cls)}: {exc.message}") from None
     return encoded
@@ -836,9 +849,15 @@ def decode(cls: type[T], data: Mapping[str, Any]) -> T:
     wrong kind raises ``ValueError`` naming the field path; an unsupported annotation on
     *cls* raises ``TypeError``.
     """
-    klass = _require_dataclass_type(cls, "decode")
     try:
-        decoded: T = _DataclassCodec(klass).decode(data)
+        root = _ROOTS.get(cls)
+    except TypeError:  # an unhashable "class": refused by name below
+        root = None
+    if root is None:
+        root = _root(_require_dataclass_type(cls, "decode"))
+    klass = root.cls
+    try:
+        decoded: T = root.decode(data)
     except _Invalid as exc:
         raise ValueError(
             f"Cannot decode {klass.__name__}: {exc.where(klass)}: {exc.message}"
