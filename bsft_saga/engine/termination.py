@@ -17,6 +17,7 @@ from django.db import transaction
 from bsft_saga import clock, telemetry
 from bsft_saga.audit import TERMINATED, get_audit_recorder
 from bsft_saga.conf import saga_settings
+from bsft_saga.engine import kept
 from bsft_saga.models import SagaInstance
 from bsft_saga.timeouts import store as timer_store
 
@@ -39,7 +40,8 @@ def terminate(
 
     Each instance is completed in its own transaction, version-checked like a step's
     window: ``is_complete`` and ``completed_at`` set, ``terminated_reason`` stored, every
-    pending timer canceled (its deadline too), and one audit record
+    pending timer canceled (its deadline too), its kept events discarded (counted ignored,
+    ``not_awaited``), and one audit record
     (``action="saga.instance.terminated"``, ``user``: the operator, ``None`` from a command)
     written with the configured recorder. Nothing runs: no step body, no ``on_expired``.
 
@@ -106,6 +108,7 @@ def _complete(instance: SagaInstance, reason: str, user: Any) -> bool:
         if not completed:
             return False
         canceled = timer_store.cancel_all(instance.pk, now=now)
+        kept.discard(instance.pk, instance.saga_type)  # events kept for a step it never runs
         recorder = get_audit_recorder()
         if recorder is not None:
             recorder.record(

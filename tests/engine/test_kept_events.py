@@ -16,6 +16,7 @@ from django.utils import timezone
 from bsft_saga import publish
 from bsft_saga.draining import drain_pass
 from bsft_saga.engine import handler
+from bsft_saga.engine.termination import terminate
 from bsft_saga.models import SagaInboxEntry, SagaInstance, SagaKeptEvent, SagaOutboxMessage
 from bsft_saga.retention import erase_saga_data
 from bsft_saga.status import saga_status
@@ -205,3 +206,22 @@ def test_a_purged_or_erased_instance_takes_its_kept_events_along() -> None:
     assert report.rows.kept == 1
     assert not SagaInstance.objects.filter(correlation_key="o-12").exists()
     assert not SagaKeptEvent.objects.exists()
+
+
+def test_terminating_a_saga_discards_its_kept_events_and_counts_them_ignored(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    counted: list[tuple[str, str]] = []
+    monkeypatch.setattr(
+        "bsft_saga.telemetry.count_ignored",
+        lambda saga_type, reason: counted.append((saga_type, reason)),
+    )
+    publish(OrderAccepted("o-term"))
+    publish(ParcelPacked("o-term"))
+    counted.clear()
+
+    report = terminate([saga("o-term").pk], reason="canceled by phone")
+
+    assert report.refused == []
+    assert not SagaKeptEvent.objects.exists()
+    assert counted == [(FulfilmentFlow.saga_type, "not_awaited")]
