@@ -29,6 +29,9 @@ class Sorted(Generic[R]):
     to_deliver: list[R]
     missed: int = 0
     unclaimed: int = 0
+    #: Whether sorting out committed writes of its own (time passed since the claim: the
+    #: pass checks which rows it still holds before delivering them).
+    committed: bool = False
 
 
 class Channel(ABC, Generic[R]):

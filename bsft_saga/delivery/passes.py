@@ -110,14 +110,12 @@ def run_pass(
                 delivered=recovered.delivered, dead_lettered=given_up, unclaimed=skipped
             )
         sorted_out = channel.sort_out(claimed.rows, token, config, moment)
-        # Sorting out wrote a commit of its own: check the rest is still held before delivering.
-        rechecked = sorted_out.to_deliver is not claimed.rows
         report = deliver_claimed(
             channel,
             sorted_out.to_deliver,
             token,
             guard=guard,
-            check_first=rechecked,
+            check_first=sorted_out.committed,
             known=claimed.known,
         )
     return report + DeliveryReport(

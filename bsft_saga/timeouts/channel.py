@@ -120,6 +120,7 @@ class TimerChannel(Channel[SagaTimeout]):
             [row for row in rows if row.pk not in missed_ids],
             missed=len(missed),
             unclaimed=len(missed_ids) - len(missed),
+            committed=True,
         )
 
     def _stamp_missed(self, rows: list[SagaTimeout], token: uuid.UUID) -> list[SagaTimeout]:
