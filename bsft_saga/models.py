@@ -211,6 +211,16 @@ class DeliveryRow(models.Model):
     dead_lettered_at = models.DateTimeField(_("dead-lettered at"), null=True, blank=True)
     claim_token = models.UUIDField(_("claim token"), null=True, blank=True, editable=False)
     claimed_until = models.DateTimeField(_("claimed until"), null=True, blank=True)
+    claimed_by = models.UUIDField(
+        _("claimed by"),
+        null=True,
+        blank=True,
+        editable=False,
+        help_text=_(
+            "The dispatcher (SagaDispatcher id) whose pass claimed the row last; null when "
+            "no reporting dispatcher did (a test harness, code calling a drain)."
+        ),
+    )
 
     class Meta:
         abstract = True
@@ -402,6 +412,105 @@ class SagaTimeout(DeliveryRow):
     def status(self, now: datetime | None = None) -> DeliveryStatus:
         """Where the timer is in its lifecycle at ``now`` (default: the clock)."""
         return timer_status(self, now or clock.now())
+
+
+class JournalKind(models.TextChoices):
+    """What a journal entry records."""
+
+    STARTED = "started", _("started")
+    ADVANCED = "advanced", _("advanced")
+    HANDLED = "handled", _("handled")  # a meanwhile handler: the step stays
+    COMPLETED = "completed", _("completed")
+    EXPIRED = "expired", _("deadline expired")
+    TERMINATED = "terminated", _("terminated")
+    FIRED_NOW = "fired_now", _("timer fired now")
+    REQUEUED = "requeued", _("requeued")
+    TIMER_CANCELED = "timer_canceled", _("timer canceled")
+    TIMER_RESCHEDULED = "timer_rescheduled", _("timer rescheduled")
+
+
+class JournalVia(models.TextChoices):
+    """What delivered the event (or action) a journal entry records."""
+
+    PUBLISH = "publish", _("publish")
+    TIMER = "timer", _("timer")
+    OUTBOX = "outbox", _("outbox")
+    KEPT = "kept", _("kept event")
+    OPERATOR = "operator", _("operator")
+
+
+class SagaJournalEntry(models.Model):
+    """One transition of an instance, or one operator action on it: its history.
+
+    Written in the commit of what it records. Metadata only, never state or payload: it is
+    shown to anyone allowed to see sagas, and removed with its instance.
+    """
+
+    id = models.BigAutoField(primary_key=True)
+    saga = models.ForeignKey(
+        SagaInstance, verbose_name=_("saga"), on_delete=models.CASCADE, related_name="journal"
+    )
+    at = models.DateTimeField(_("at"))
+    kind = models.CharField(_("kind"), max_length=20, choices=JournalKind.choices)
+    event_type = models.CharField(_("event type"), max_length=200, blank=True)
+    message_id = models.UUIDField(_("message id"), null=True, blank=True)
+    step_before = models.PositiveIntegerField(_("step before"), null=True, blank=True)
+    step_after = models.PositiveIntegerField(_("step after"), null=True, blank=True)
+    version = models.PositiveIntegerField(
+        _("version"), null=True, blank=True, help_text=_("The instance's version after it.")
+    )
+    via = models.CharField(_("via"), max_length=10, choices=JournalVia.choices)
+    timer_name = models.CharField(_("timer name"), max_length=200, blank=True)
+    user = models.CharField(
+        _("user"), max_length=150, blank=True, help_text=_("The operator's username, if any.")
+    )
+    correlation_id = models.CharField(_("correlation id"), max_length=200, blank=True)
+
+    class Meta:
+        verbose_name = _("saga journal entry")
+        verbose_name_plural = _("saga journal entries")
+        indexes = [
+            models.Index(fields=["saga", "-at", "-id"], name="bsft_saga_journal_saga_idx"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.kind} {self.event_type or self.timer_name} at {self.at:%Y-%m-%d %H:%M:%S}"
+
+
+class DispatcherKind(models.TextChoices):
+    LOOP = "loop", _("drain_saga_timeouts --loop")
+    CELERY = "celery", _("Celery drain task")
+
+
+class SagaDispatcher(models.Model):
+    """A process that runs delivery passes, reporting in: its heartbeat.
+
+    ``id`` is the process's identity, generated when it starts; the rows its passes claim
+    name it in ``claimed_by``.
+    """
+
+    id = models.UUIDField(_("id"), primary_key=True, default=uuid.uuid4, editable=False)
+    host = models.CharField(_("host"), max_length=255)
+    pid = models.PositiveIntegerField(_("pid"))
+    kind = models.CharField(_("kind"), max_length=20, choices=DispatcherKind.choices)
+    started_at = models.DateTimeField(_("started at"))
+    last_pass_at = models.DateTimeField(_("last pass at"), null=True, blank=True)
+    delivered = models.PositiveBigIntegerField(
+        _("delivered"), default=0, help_text=_("Rows its passes delivered since it started.")
+    )
+    claims = models.PositiveIntegerField(
+        _("claims held"),
+        default=0,
+        help_text=_("Rows its pass in progress claimed; 0 between passes."),
+    )
+
+    class Meta:
+        verbose_name = _("saga dispatcher")
+        verbose_name_plural = _("saga dispatchers")
+        indexes = [models.Index(fields=["-last_pass_at"], name="bsft_saga_dispatcher_pass_idx")]
+
+    def __str__(self) -> str:
+        return f"{self.kind} {self.host}:{self.pid}"
 
 
 class SagaAuditRecord(models.Model):
