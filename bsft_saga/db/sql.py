@@ -183,26 +183,28 @@ def update_then_insert(
     model: type[models.Model],
     values: Mapping[str, Any],
     where: Mapping[str, Any],
-    then: tuple[type[models.Model], Mapping[str, Any]],
+    then: Sequence[tuple[type[models.Model], Mapping[str, Any]]],
 ) -> int:
-    """``update()`` one row, and INSERT the row ``then`` names only if the update matched;
-    return how many rows the update matched (the INSERT's count).
+    """``update()`` one row, and INSERT the rows ``then`` names (a row per table) only if
+    the update matched; return how many rows the update matched.
 
-    On PostgreSQL one statement (``WITH "w0" AS (UPDATE … RETURNING 1) INSERT … SELECT``);
-    elsewhere the two statements, the second run only when the first matched.
+    On PostgreSQL one statement (``WITH "w0" AS (UPDATE … RETURNING 1), "w1" AS (INSERT …
+    SELECT … FROM "w0") INSERT … SELECT … FROM "w0"``); elsewhere the statements one by
+    one, the INSERTs run only when the update matched.
     """
-    into, row = then
     db = _db()
     if db.vendor != "postgresql":
         matched = update(model, values, where)
         if matched:
-            insert(into, [row])
+            for into, row in then:
+                insert(into, [row])
         return matched
     nulls = frozenset(name for name, value in where.items() if value is None)
-    names = tuple(row)
-    sql = _update_then_insert_sql(model, tuple(values), tuple(where), nulls, into, names)
+    shape = tuple((into, tuple(row)) for into, row in then)
+    sql = _update_then_insert_sql(model, tuple(values), tuple(where), nulls, shape)
     params = _update_params(model, values, where, nulls, db)
-    params += _row_params(_insert_fields(into, names), row, db)
+    for (into, names), (_into, row) in zip(shape, then, strict=True):
+        params += _row_params(_insert_fields(into, names), row, db)
     with db.cursor() as cursor:
         cursor.execute(sql, params)
         return int(cursor.rowcount)
@@ -254,10 +256,11 @@ def _update_each_sql(
 def update_then_insert_each(
     model: type[models.Model],
     rows: Sequence[tuple[Mapping[str, Any], Mapping[str, Any]]],
-    then: tuple[type[models.Model], Sequence[Mapping[str, Any]]],
+    then: Sequence[tuple[type[models.Model], Sequence[Mapping[str, Any]]]],
 ) -> set[Any]:
-    """``update_then_insert()`` for several rows, each ``(values, where)`` with its own
-    ``then`` row (in the same order); return the primary keys of the rows it matched.
+    """``update_then_insert()`` for several rows, each ``(values, where)`` with its own row
+    in each of the ``then`` tables (a list per table, in the order of ``rows``); return the
+    primary keys of the rows it matched.
 
     Every ``where`` names the primary key, and the rows name the same fields (and the same
     ``None`` s in ``where``). On PostgreSQL one statement: the rows are locked in the order
@@ -265,8 +268,7 @@ def update_then_insert_each(
     then each is updated if its ``where`` holds, and the ``then`` rows of those inserted.
     Elsewhere one ``update_then_insert()`` per row.
     """
-    into, inserted = then
-    assert len(rows) == len(inserted)
+    assert all(len(inserted) == len(rows) for _into, inserted in then)
     if not rows:
         return set()
     pk = model._meta.pk
@@ -275,20 +277,27 @@ def update_then_insert_each(
     if db.vendor != "postgresql":
         return {
             where[pk.name]
-            for (values, where), row in zip(rows, inserted, strict=True)
-            if update_then_insert(model, values, where, then=(into, row))
+            for n, (values, where) in enumerate(rows)
+            if update_then_insert(
+                model, values, where, then=[(into, inserted[n]) for into, inserted in then]
+            )
         }
     values, where = rows[0]
     nulls = frozenset(name for name, value in where.items() if value is None)
-    set_names, where_names, insert_names = tuple(values), tuple(where), tuple(inserted[0])
-    sql = _update_then_insert_each_sql(model, set_names, where_names, nulls, into, insert_names)
-    insert_fields = _insert_fields(into, insert_names)
+    set_names, where_names = tuple(values), tuple(where)
+    shape = tuple((into, tuple(inserted[0])) for into, inserted in then)
+    sql = _update_then_insert_each_sql(model, set_names, where_names, nulls, shape)
+    insert_fields = [_insert_fields(into, names) for into, names in shape]
     # One array per column: the statement's text is the same whatever the number of rows.
     columns: list[list[Any]] = []
-    for (values, where), row in zip(rows, inserted, strict=True):
-        assert (tuple(values), tuple(where), tuple(row)) == (set_names, where_names, insert_names)
+    for n, (values, where) in enumerate(rows):
+        assert (tuple(values), tuple(where)) == (set_names, where_names)
         params = _update_params(model, values, where, nulls, db)
-        params += _row_params(insert_fields, row, db)
+        for fields, (_into, names), (_same, inserted) in zip(
+            insert_fields, shape, then, strict=True
+        ):
+            assert tuple(inserted[n]) == names
+            params += _row_params(fields, inserted[n], db)
         if not columns:
             columns = [[] for _ in params]
         for column, param in zip(columns, params, strict=True):
@@ -304,23 +313,21 @@ def _update_then_insert_each_sql(
     set_names: tuple[str, ...],
     where_names: tuple[str, ...],
     nulls: frozenset[str],
-    into: type[models.Model],
-    insert_names: tuple[str, ...],
+    then: tuple[tuple[type[models.Model], tuple[str, ...]], ...],
 ) -> str:
     """PostgreSQL: ``WITH "v" AS (the rows: an array per column, unnested), "l" AS (lock
-    them in key order), "w0" AS (UPDATE … FROM "v" … RETURNING pk), "w1" AS (INSERT the
+    them in key order), "w0" AS (UPDATE … FROM "v" … RETURNING pk), "w1" … AS (INSERT the
     ``then`` rows of those "w0" updated) SELECT pk FROM "w0"``."""
     pk = model._meta.pk
     assert pk is not None
     table, key = _quoted(model._meta.db_table), _quoted(pk.column)
     set_fields = [_field(model, name) for name in set_names]
     where_fields = [_field(model, name) for name in where_names if name not in nulls]
-    insert_fields = _insert_fields(into, insert_names)
-    every = [*set_fields, *where_fields, *insert_fields]
+    insert_fields = [_insert_fields(into, names) for into, names in then]
+    every = [*set_fields, *where_fields, *(f for fields in insert_fields for f in fields)]
     names = [_quoted(f"c{n}") for n in range(len(every))]
     set_columns = names[: len(set_fields)]
     where_columns = names[len(set_fields) : len(set_fields) + len(where_fields)]
-    insert_columns = names[len(set_fields) + len(where_fields) :]
     arrays = ", ".join(f"CAST(%s AS {field.db_type(connection)}[])" for field in every)
     sets = ", ".join(
         f"{_quoted(field.column)} = v.{name}"
@@ -337,16 +344,23 @@ def _update_then_insert_each_sql(
     # a row: every row is locked, in key order, before any is written.
     conditions.append(f'i.{key} = ANY(ARRAY(SELECT {key} FROM "l"))')
     by_key = where_columns[[field.primary_key for field in where_fields].index(True)]
-    inserted = ", ".join(_quoted(field.column) for field in insert_fields)
-    selected = ", ".join(f"v.{name}" for name in insert_columns)
+    inserts = []
+    start = len(set_fields) + len(where_fields)
+    for n, ((into, _names), fields) in enumerate(zip(then, insert_fields, strict=True), start=1):
+        inserted = ", ".join(_quoted(field.column) for field in fields)
+        selected = ", ".join(f"v.{name}" for name in names[start : start + len(fields)])
+        start += len(fields)
+        inserts.append(
+            f'"w{n}" AS (INSERT INTO {_quoted(into._meta.db_table)} ({inserted}) '
+            f'SELECT {selected} FROM "v" JOIN "w0" ON "w0".{key} = v.{by_key})'
+        )
     return (
         f'WITH "v" AS (SELECT * FROM unnest({arrays}) AS v({", ".join(names)})), '
         f'"l" AS MATERIALIZED (SELECT {key} FROM {table} WHERE {key} = '
         f'ANY(ARRAY(SELECT {by_key} FROM "v")) ORDER BY {key} FOR UPDATE), '
         f'"w0" AS (UPDATE {table} AS i SET {sets} FROM "v" WHERE {" AND ".join(conditions)} '
         f"RETURNING i.{key}), "
-        f'"w1" AS (INSERT INTO {_quoted(into._meta.db_table)} ({inserted}) '
-        f'SELECT {selected} FROM "v" JOIN "w0" ON "w0".{key} = v.{by_key}) '
+        f"{', '.join(inserts)} "
         f'SELECT {key} FROM "w0"'
     )
 
@@ -357,19 +371,24 @@ def _update_then_insert_sql(
     set_names: tuple[str, ...],
     where_names: tuple[str, ...],
     nulls: frozenset[str],
-    into: type[models.Model],
-    names: tuple[str, ...],
+    then: tuple[tuple[type[models.Model], tuple[str, ...]], ...],
 ) -> str:
-    """PostgreSQL's ``WITH "w0" AS (UPDATE … RETURNING 1) INSERT … SELECT … FROM "w0"``."""
+    """PostgreSQL's ``WITH "w0" AS (UPDATE … RETURNING 1), "w1" AS (INSERT … SELECT … FROM
+    "w0") … INSERT … SELECT … FROM "w0"``: the last INSERT's count is the update's."""
     update_sql = _update_sql(model, set_names, where_names, nulls, "postgresql")
-    fields = _insert_fields(into, names)
-    columns = ", ".join(_quoted(field.column) for field in fields)
-    # Each value typed as its column: INSERT … SELECT resolves untyped parameters as text.
-    selected = ", ".join(f"CAST(%s AS {field.db_type(connection)})" for field in fields)
-    return (
-        f'WITH "w0" AS ({update_sql} RETURNING 1) '
-        f'INSERT INTO {_quoted(into._meta.db_table)} ({columns}) SELECT {selected} FROM "w0"'
-    )
+    inserts = []
+    for into, names in then:
+        fields = _insert_fields(into, names)
+        columns = ", ".join(_quoted(field.column) for field in fields)
+        # Each value typed as its column: INSERT … SELECT resolves untyped parameters as text.
+        selected = ", ".join(f"CAST(%s AS {field.db_type(connection)})" for field in fields)
+        inserts.append(
+            f'INSERT INTO {_quoted(into._meta.db_table)} ({columns}) SELECT {selected} FROM "w0"'
+        )
+    *first, last = inserts
+    clauses = [f'"w0" AS ({update_sql} RETURNING 1)']
+    clauses += [f'"w{n}" AS ({insert})' for n, insert in enumerate(first, start=1)]
+    return f"WITH {', '.join(clauses)} {last}"
 
 
 def select_one(

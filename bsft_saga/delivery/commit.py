@@ -154,7 +154,12 @@ class CommitGroup(Generic[R]):
             owner = self.channel.saga_of(unit.row)
             if advance is None or owner not in (None, window.saga_id):
                 return None
-            this = (advance.model, tuple(advance.values), tuple(advance.where), advance.then[0])
+            this = (
+                advance.model,
+                tuple(advance.values),
+                tuple(advance.where),
+                tuple(into for into, _row in advance.then),
+            )
             if shape not in (None, this):
                 return None
             shape = this
@@ -194,7 +199,10 @@ class CommitGroup(Generic[R]):
             matched = sql.update_then_insert_each(
                 first.model,
                 [(advance.values, advance.where) for advance in written],
-                then=(first.then[0], [advance.then[1] for advance in written]),
+                then=[
+                    (into, [advance.then[n][1] for advance in written])
+                    for n, (into, _row) in enumerate(first.then)
+                ],
             )
         advanced = [advance is not None and _key(advance) in matched for advance in advances]
         stamping = [

@@ -10,8 +10,10 @@ from typing import Any
 
 from django.db import IntegrityError, transaction
 
+from bsft_saga import journal
 from bsft_saga.audit import REQUEUED, record_action
 from bsft_saga.delivery.channel import Channel, R
+from bsft_saga.models import JournalKind
 
 logger = logging.getLogger("bsft_saga.delivery")
 
@@ -80,9 +82,10 @@ def _requeue_one(channel: Channel[R], row: R, user: Any) -> str | None:
             changed = channel.all_rows().dead_lettered().filter(pk=row.pk).update(**values)
             if changed:
                 channel.after_requeue(row)
-                record_action(
-                    REQUEUED[channel.model._meta.label], user=user, saga=getattr(row, "saga", None)
-                )
+                saga = getattr(row, "saga", None)
+                record_action(REQUEUED[channel.model._meta.label], user=user, saga=saga)
+                if saga is not None:
+                    _journal(row, saga, user)
     except IntegrityError:
         # A row it would collide with (a pending timer of the same name) appeared meanwhile.
         logger.info("bsft_saga: requeue of %s lost a race", channel.describe(row))
@@ -90,6 +93,20 @@ def _requeue_one(channel: Channel[R], row: R, user: Any) -> str | None:
     if not changed:
         return f"{channel.describe(row)} is no longer dead-lettered"
     return None
+
+
+def _journal(row: Any, saga: Any, user: Any) -> None:
+    """The requeue in its saga's journal: a timer by name, an outbox row by its event."""
+    timer_name = getattr(row, "name", "")
+    journal.record_action(
+        saga.pk,
+        JournalKind.REQUEUED,
+        user=user,
+        timer_name=timer_name,
+        event_type="" if timer_name else row.event_type,
+        message_id=None if timer_name else row.pk,
+        step=saga.step_index,
+    )
 
 
 def __getattr__(name: str) -> Any:

@@ -39,7 +39,8 @@ class Advance:
     model: type[Any]
     values: Mapping[str, Any]
     where: Mapping[str, Any]  # the primary key, and the version the plan read
-    then: tuple[type[Any], Mapping[str, Any]]  # the inbox row, written if the advance was
+    #: The rows written if the advance was: the inbox row and the journal entry.
+    then: tuple[tuple[type[Any], Mapping[str, Any]], ...]
 
 
 class StagedWindow(Protocol):

@@ -36,7 +36,7 @@ from bsft_saga.exceptions import SagaConcurrencyError
 from bsft_saga.flows import activation
 from bsft_saga.flows.definition import Body, FlowDefinition, StepBody
 from bsft_saga.flows.registry import flow_registry
-from bsft_saga.models import SagaInboxEntry, SagaInstance, SagaKeptEvent
+from bsft_saga.models import JournalKind, SagaInboxEntry, SagaInstance, SagaKeptEvent
 from bsft_saga.timeouts.requests import DEADLINE_TIMER_NAME, TimerRequest
 
 logger = logging.getLogger(__name__)
@@ -420,6 +420,8 @@ def _run_and_commit(flow: FlowDefinition, plan: _Plan, envelope: Envelope) -> No
             envelope=envelope,
             effects=ctx.effects,
             now=now,
+            kind=_journal_kind(plan, envelope, completes=completes),
+            step_before=None if plan.is_new else plan.step_index,
             kept_id=plan.kept_id,
             discards_kept=flow.keeps_early,
             after_commit=(
@@ -427,6 +429,16 @@ def _run_and_commit(flow: FlowDefinition, plan: _Plan, envelope: Envelope) -> No
             ),
         )
     )
+
+
+def _journal_kind(plan: _Plan, envelope: Envelope, *, completes: bool) -> JournalKind:
+    if envelope.event_type == DEADLINE_EVENT_TYPE:
+        return JournalKind.EXPIRED  # on_expired ran: whether or not it completed the saga
+    if completes:
+        return JournalKind.COMPLETED
+    if plan.is_new:
+        return JournalKind.STARTED
+    return JournalKind.ADVANCED if plan.advance else JournalKind.HANDLED
 
 
 def _run_body(body: StepBody, ctx: SagaContext[Any], event: Any) -> None:

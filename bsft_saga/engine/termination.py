@@ -14,11 +14,11 @@ from typing import Any
 
 from django.db import transaction
 
-from bsft_saga import clock, telemetry
+from bsft_saga import clock, journal, telemetry
 from bsft_saga.audit import TERMINATED, get_audit_recorder
 from bsft_saga.conf import saga_settings
 from bsft_saga.engine import kept
-from bsft_saga.models import SagaInstance
+from bsft_saga.models import JournalKind, SagaInstance
 from bsft_saga.timeouts import store as timer_store
 
 __all__ = ["TerminationReport", "terminate"]
@@ -41,7 +41,7 @@ def terminate(
     Each instance is completed in its own transaction, version-checked like a step's
     window: ``is_complete`` and ``completed_at`` set, ``terminated_reason`` stored, every
     pending timer canceled (its deadline too), its kept events discarded (counted ignored,
-    ``not_awaited``), and one audit record
+    ``not_awaited``), a ``terminated`` entry in its journal, and one audit record
     (``action="saga.instance.terminated"``, ``user``: the operator, ``None`` from a command)
     written with the configured recorder. Nothing runs: no step body, no ``on_expired``.
 
@@ -109,6 +109,14 @@ def _complete(instance: SagaInstance, reason: str, user: Any) -> bool:
             return False
         canceled = timer_store.cancel_all(instance.pk, now=now)
         kept.discard(instance.pk, instance.saga_type)  # events kept for a step it never runs
+        journal.record_action(
+            instance.pk,
+            JournalKind.TERMINATED,
+            user=user,
+            step=instance.step_index,
+            version=instance.version + 1,
+            at=now,
+        )
         recorder = get_audit_recorder()
         if recorder is not None:
             recorder.record(

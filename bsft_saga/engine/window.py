@@ -2,7 +2,8 @@
 
 It writes, in this order: the state advance with a version check (which also locks the
 instance row, serialising every other writer of this saga) or the insert of a new
-instance, the inbox row, the timer writes and the outbox rows. Either all of them commit
+instance, the inbox row and the journal entry (:mod:`bsft_saga.journal`), the timer writes
+and the outbox rows. Either all of them commit
 or none does. Outbox delivery and telemetry are registered with ``on_commit``.
 
 Where the window is written depends on who delivers the event, so that the hot paths pay
@@ -11,8 +12,8 @@ no more statements than they must (``tests/delivery/test_delivery_statements.py`
 - an event a pass delivers (a timer, an outbox row): the window is *staged* with that pass
   (:mod:`bsft_saga.delivery.staging`), which writes it in a savepoint of its next group
   commit, with the row's stamp: the step's bodies ran with no transaction open, and a timer's
-  effect on its own saga and its stamp are one commit. On PostgreSQL the advance and its
-  inbox row are one statement (``sql.update_then_insert``);
+  effect on its own saga and its stamp are one commit. On PostgreSQL the advance, its inbox
+  row and its journal entry are one statement (``sql.update_then_insert``);
 - a new instance outside any transaction: its writes are one statement on PostgreSQL
   (``sql.insert_together``), a ``transaction.atomic`` of their own elsewhere;
 - anything else: a ``transaction.atomic`` (a savepoint inside a caller's transaction), so
@@ -29,13 +30,21 @@ from typing import Any
 
 from django.db import IntegrityError, transaction
 
-from bsft_saga import outbox, telemetry
+from bsft_saga import journal, outbox, telemetry
 from bsft_saga.db import sql
 from bsft_saga.delivery import staging
 from bsft_saga.engine import kept
 from bsft_saga.engine.context import StepEffects
 from bsft_saga.events.envelope import Envelope
-from bsft_saga.models import SagaInboxEntry, SagaInstance, SagaOutboxMessage, SagaTimeout
+from bsft_saga.models import (
+    JournalKind,
+    JournalVia,
+    SagaInboxEntry,
+    SagaInstance,
+    SagaJournalEntry,
+    SagaOutboxMessage,
+    SagaTimeout,
+)
 from bsft_saga.timeouts import store as timer_store
 from bsft_saga.timeouts.requests import CancelAllTimers, CancelTimer, TimerRequest
 
@@ -63,6 +72,8 @@ class Transition:
     envelope: Envelope
     effects: StepEffects
     now: datetime
+    kind: JournalKind = JournalKind.ADVANCED  # what the journal says the transition was
+    step_before: int | None = None  # the step that handled the event (None: a new instance)
     kept_id: int | None = None  # the kept event this window applies: deleted with it
     discards_kept: bool = False  # the flow keeps early events: a completion discards them
     after_commit: Callable[[], object] | None = None  # e.g. apply the reached step's kept events
@@ -85,12 +96,13 @@ def commit(transition: Transition) -> None:
     if stager is not None:
         stager.stage(_Staged(t))
         return
+    via = JournalVia.KEPT if t.kept_id is not None else JournalVia.PUBLISH
     try:
         if t.is_new and not transaction.get_connection().in_atomic_block:
-            written = _create(t)  # all or nothing on its own (sql.insert_together)
+            written = _create(t, via)  # all or nothing on its own (sql.insert_together)
         else:
             with transaction.atomic():
-                written = _create(t) if t.is_new else _advance(t)
+                written = _create(t, via) if t.is_new else _advance(t, via)
     except IntegrityError:
         if _lost_a_race(t):
             raise VersionConflict from None
@@ -112,6 +124,8 @@ class _Staged:
         self.saga_type = transition.saga_type
         self.correlation_key = transition.correlation_key
         self.creates = transition.is_new
+        # Staged: delivered by a pass, for a timer or an outbox row.
+        self.via = JournalVia.OUTBOX if transition.envelope.timer is None else JournalVia.TIMER
         self._written = _Written()
 
     def lock(self) -> None:
@@ -119,13 +133,13 @@ class _Staged:
         # version-checked UPDATE is the first write, so a lost race leaves nothing to undo.
         t = self.transition
         if t.is_new:
-            self._written = _create(t)
+            self._written = _create(t, self.via)
         else:
-            _advance_version(t)
+            _advance_version(t, self.via)
 
     def advance(self) -> staging.Advance | None:
         # What lock() writes for an existing saga, for a pass writing its group's together.
-        return None if self.creates else _advance_of(self.transition)
+        return None if self.creates else _advance_of(self.transition, self.via)
 
     def write(self) -> None:
         t = self.transition
@@ -151,8 +165,9 @@ def _lost_a_race(t: Transition) -> bool:
     )
 
 
-def _create(t: Transition) -> _Written:
-    """A new instance, its inbox row, timers and outbox rows: one statement on PostgreSQL."""
+def _create(t: Transition, via: JournalVia) -> _Written:
+    """A new instance, its inbox row, journal entry, timers and outbox rows: one statement
+    on PostgreSQL."""
     instance = {
         "id": t.saga_id,
         "saga_type": t.saga_type,
@@ -177,6 +192,7 @@ def _create(t: Transition) -> _Written:
         [
             (SagaInstance, [instance]),
             (SagaInboxEntry, [_inbox_row(t)]),
+            (SagaJournalEntry, [_journal_row(t, via, version=1)]),
             (SagaTimeout, timers),
             (SagaOutboxMessage, _outbox_rows(t)),
         ]
@@ -185,25 +201,29 @@ def _create(t: Transition) -> _Written:
     return _Written(scheduled=len(timers))
 
 
-def _advance(t: Transition) -> _Written:
-    _advance_version(t)
+def _advance(t: Transition, via: JournalVia) -> _Written:
+    _advance_version(t, via)
     return _advance_rest(t)
 
 
-def _advance_version(t: Transition) -> None:
-    # The version-checked update comes first (it also locks the row); the inbox row only
-    # if it matched: one statement on PostgreSQL.
-    advance = _advance_of(t)
+def _advance_version(t: Transition, via: JournalVia) -> None:
+    # The version-checked update comes first (it also locks the row); the inbox row and
+    # the journal entry only if it matched: one statement on PostgreSQL.
+    advance = _advance_of(t, via)
     if not sql.update_then_insert(advance.model, advance.values, advance.where, advance.then):
         raise VersionConflict
 
 
-def _advance_of(t: Transition) -> staging.Advance:
+def _advance_of(t: Transition, via: JournalVia) -> staging.Advance:
+    version = t.expected_version + 1
     return staging.Advance(
         SagaInstance,
-        {"version": t.expected_version + 1, **_progress(t)},
+        {"version": version, **_progress(t)},
         {"id": t.saga_id, "version": t.expected_version, "is_complete": False},
-        then=(SagaInboxEntry, _inbox_row(t)),
+        then=(
+            (SagaInboxEntry, _inbox_row(t)),
+            (SagaJournalEntry, _journal_row(t, via, version=version)),
+        ),
     )
 
 
@@ -241,6 +261,19 @@ def _inbox_row(t: Transition) -> dict[str, Any]:
         "event_type": t.envelope.event_type,
         "handled_at": t.now,
     }
+
+
+def _journal_row(t: Transition, via: JournalVia, *, version: int) -> dict[str, Any]:
+    return journal.transition_entry(
+        t.saga_id,
+        kind=t.kind,
+        envelope=t.envelope,
+        via=via,
+        step_before=t.step_before,
+        step_after=t.step_index,
+        version=version,
+        at=t.now,
+    )
 
 
 def _outbox_rows(t: Transition) -> list[dict[str, Any]]:

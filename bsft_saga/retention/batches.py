@@ -22,6 +22,7 @@ from django.db.models import Exists, OuterRef, QuerySet
 from bsft_saga.models import (
     SagaInboxEntry,
     SagaInstance,
+    SagaJournalEntry,
     SagaKeptEvent,
     SagaOutboxMessage,
     SagaTimeout,
@@ -42,6 +43,7 @@ class DeletedRows:
     timeouts: int = 0
     outbox: int = 0
     kept: int = 0
+    journal: int = 0
 
     def __add__(self, other: Self) -> Self:
         return type(self)(*map(operator.add, astuple(self), astuple(other)))
@@ -108,8 +110,8 @@ def delete_children(
     outbox: SagaOutboxQuerySet,
     batch_size: int,
 ) -> DeletedRows:
-    """Delete these instances' inbox rows and kept events, and those of their rows in
-    ``timeouts``/``outbox``.
+    """Delete these instances' inbox rows, kept events and journals, and those of their rows
+    in ``timeouts``/``outbox``.
 
     ``timeouts`` and ``outbox`` say which of the instances' timer and outbox rows may go
     (a purge spares live ones, an erasure nothing).
@@ -120,11 +122,13 @@ def delete_children(
         timeouts=delete_in_batches(timeouts.filter(saga_id__in=ids), batch_size),
         outbox=delete_in_batches(outbox.filter(saga_id__in=ids), batch_size),
         kept=delete_in_batches(SagaKeptEvent.objects.filter(saga_id__in=ids), batch_size),
+        journal=delete_in_batches(SagaJournalEntry.objects.filter(saga_id__in=ids), batch_size),
     )
 
 
 def delete_childless(ids: Sequence[uuid.UUID]) -> int:
-    """Delete those of these instances that no inbox, timer or outbox row refers to.
+    """Delete those of these instances that no inbox, timer, outbox, kept or journal row
+    refers to.
 
     One statement, which checks the children itself: an instance that still has one (a
     live row a purge spared) is kept rather than failing the foreign key.
@@ -136,5 +140,6 @@ def delete_childless(ids: Sequence[uuid.UUID]) -> int:
         .exclude(Exists(SagaTimeout.objects.filter(**of_instance)))
         .exclude(Exists(SagaOutboxMessage.objects.filter(**of_instance)))
         .exclude(Exists(SagaKeptEvent.objects.filter(**of_instance)))
+        .exclude(Exists(SagaJournalEntry.objects.filter(**of_instance)))
     )
     return childless._raw_delete(childless.db)

@@ -13,7 +13,7 @@ from datetime import datetime, timedelta
 
 from django.db.models import Q
 
-from bsft_saga.models import SagaInboxEntry, SagaOutboxMessage, SagaTimeout
+from bsft_saga.models import SagaInboxEntry, SagaJournalEntry, SagaOutboxMessage, SagaTimeout
 from bsft_saga.querysets import SagaInstanceQuerySet
 from bsft_saga.retention import selection
 from bsft_saga.retention.batches import (
@@ -35,8 +35,8 @@ class PurgeReport(DeletedRows):
 
     def __str__(self) -> str:
         return (
-            f"instances={self.instances} inbox={self.inbox} timeouts={self.timeouts} "
-            f"outbox={self.outbox} audit={self.audit}"
+            f"instances={self.instances} inbox={self.inbox} journal={self.journal} "
+            f"timeouts={self.timeouts} outbox={self.outbox} audit={self.audit}"
         )
 
 
@@ -135,6 +135,7 @@ def _count(policy: RetentionPolicy) -> PurgeReport:
     return PurgeReport(
         instances=instances.count(),
         inbox=SagaInboxEntry.objects.filter(of_instances).count(),
+        journal=SagaJournalEntry.objects.filter(of_instances).count(),
         timeouts=SagaTimeout.objects.filter(
             (of_instances & ~selection.LIVE_TIMER) | retired
         ).count(),

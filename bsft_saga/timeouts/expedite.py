@@ -14,9 +14,9 @@ from typing import Any
 
 from django.db import transaction
 
-from bsft_saga import clock
+from bsft_saga import clock, journal
 from bsft_saga.audit import FIRED_NOW, record_action
-from bsft_saga.models import SagaTimeout
+from bsft_saga.models import JournalKind, SagaTimeout
 from bsft_saga.timeouts.requests import DEADLINE_TIMER_NAME
 
 __all__ = ["DEADLINE_PERMISSION", "FireNowReport", "fire_now"]
@@ -64,7 +64,7 @@ def fire_now(ids: Iterable[int], *, user: Any = None, now: datetime | None = Non
     rows = (
         SagaTimeout.objects.filter(pk__in=wanted)
         .select_related("saga")
-        .only("id", "name", "saga", "saga__saga_type", "saga__correlation_key")
+        .only("id", "name", "saga", "saga__saga_type", "saga__correlation_key", "saga__step_index")
         .in_bulk()
     )
     held: list[tuple[int, str]] = []
@@ -102,6 +102,14 @@ def fire_now(ids: Iterable[int], *, user: Any = None, now: datetime | None = Non
             )
             if moved:
                 record_action(FIRED_NOW, user=user, saga=row.saga)
+                journal.record_action(
+                    row.saga.pk,
+                    JournalKind.FIRED_NOW,
+                    user=user,
+                    timer_name=row.name,
+                    step=row.saga.step_index,
+                    at=moment,
+                )
         if not moved:
             outcome = SagaTimeout.objects.filter(pk=pk).values_list("outcome", flat=True).first()
             refused.append((pk, f"timer {row.name!r} (id {pk}) is not pending ({outcome})"))

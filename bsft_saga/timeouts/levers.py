@@ -21,10 +21,10 @@ from typing import Any
 from django.db import transaction
 from django.db.models import Q
 
-from bsft_saga import clock, telemetry
+from bsft_saga import clock, journal, telemetry
 from bsft_saga.audit import TIMER_CANCELED, TIMER_RESCHEDULED, record_action
 from bsft_saga.db.datetimes import storable
-from bsft_saga.models import SagaTimeout, TimeoutOutcome
+from bsft_saga.models import JournalKind, SagaTimeout, TimeoutOutcome
 from bsft_saga.querysets import SagaTimeoutQuerySet
 
 __all__ = ["CancelReport", "RescheduleReport", "cancel_timers", "reschedule_timer"]
@@ -69,12 +69,13 @@ def cancel_timers(
                 claim_token=None,
                 claimed_until=None,
             )
-            saga = _saga_of(pk) if changed else None
-            if saga is not None:
-                record_action(TIMER_CANCELED, user=user, saga=saga)
-        if saga is not None:
+            timer = _timer_of(pk) if changed else None
+            if timer is not None:
+                record_action(TIMER_CANCELED, user=user, saga=timer.saga)
+                _journal(timer, JournalKind.TIMER_CANCELED, user, moment)
+        if timer is not None:
             report.canceled.append(pk)
-            telemetry.count("timeout.canceled", saga.saga_type)
+            telemetry.count("timeout.canceled", timer.saga.saga_type)
         else:
             report.refused.append((pk, _refusal(pk, moment)))
     return report
@@ -95,10 +96,11 @@ def reschedule_timer(
     when = storable(due_at, field="due_at", where=f"reschedule_timer({pk})")
     with transaction.atomic():
         changed = _unclaimed(moment, pk).update(due_at=when, next_attempt_at=None)
-        saga = _saga_of(pk) if changed else None
-        if saga is not None:
-            record_action(TIMER_RESCHEDULED, user=user, saga=saga)
-    if saga is None:
+        timer = _timer_of(pk) if changed else None
+        if timer is not None:
+            record_action(TIMER_RESCHEDULED, user=user, saga=timer.saga)
+            _journal(timer, JournalKind.TIMER_RESCHEDULED, user, moment)
+    if timer is None:
         return RescheduleReport(pk, refused=_refusal(pk, moment))
     return RescheduleReport(pk, due_at=when)
 
@@ -111,11 +113,24 @@ def _unclaimed(moment: datetime, pk: int) -> SagaTimeoutQuerySet:
     )
 
 
-def _saga_of(pk: int) -> Any:
-    row = SagaTimeout.objects.select_related("saga").only(
-        "saga__id", "saga__saga_type", "saga__correlation_key"
+def _timer_of(pk: int) -> SagaTimeout:
+    """The timer's name and its saga's metadata (for the audit record and the journal)."""
+    return (
+        SagaTimeout.objects.select_related("saga")
+        .only("name", "saga__id", "saga__saga_type", "saga__correlation_key", "saga__step_index")
+        .get(pk=pk)
     )
-    return row.get(pk=pk).saga
+
+
+def _journal(timer: SagaTimeout, kind: JournalKind, user: Any, moment: datetime) -> None:
+    journal.record_action(
+        timer.saga_id,
+        kind,
+        user=user,
+        timer_name=timer.name,
+        step=timer.saga.step_index,
+        at=moment,
+    )
 
 
 def _refusal(pk: int, moment: datetime) -> str:

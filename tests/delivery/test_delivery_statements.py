@@ -18,7 +18,7 @@ from django.test.utils import CaptureQueriesContext
 
 from bsft_saga import publish
 from bsft_saga.delivery import passes
-from bsft_saga.models import SagaInstance
+from bsft_saga.models import JournalVia, SagaInstance, SagaJournalEntry
 from bsft_saga.timeouts import drain_due
 from tests.testapp.dispatch_events import NoticeOpened
 from tests.testapp.dispatch_flows import NOTICE_TIMERS, NoticeFlow
@@ -29,12 +29,12 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 #: Per fired timer, on PostgreSQL: nothing of its own. The woken step finds its instance in
 #: what the claim read (no query), and the group writes the advances of all its sagas with
-#: their inbox rows in one statement, and all its stamps in another. On SQLite each timer's
-#: version-checked update, inbox row and stamp. Neither backend needs a savepoint per timer
-#: (a group is written at once, and row by row only if a row must be undone), and ending the
-#: step's wait cancels nothing (the claim read that no step-scoped timer but the one firing
-#: is pending).
-STATEMENTS_PER_FIRED_TIMER = {"postgresql": 0, "sqlite": 3}
+#: their inbox rows and journal entries in one statement, and all its stamps in another. On
+#: SQLite each timer's version-checked update, inbox row, journal entry and stamp. Neither
+#: backend needs a savepoint per timer (a group is written at once, and row by row only if a
+#: row must be undone), and ending the step's wait cancels nothing (the claim read that no
+#: step-scoped timer but the one firing is pending).
+STATEMENTS_PER_FIRED_TIMER = {"postgresql": 0, "sqlite": 4}
 #: Per pass: the claim's transaction (BEGIN, SELECT … FOR UPDATE SKIP LOCKED, the claimed
 #: timers' sagas with what their steps' lookups would read, the claim's UPDATE, COMMIT), the
 #: group's BEGIN and COMMIT, and on PostgreSQL its two statements. SQLite, which cannot lock
@@ -76,6 +76,8 @@ def test_a_pass_fires_its_batch_in_one_commit_with_a_fixed_cost_per_timer(timers
     assert SagaInstance.objects.filter(saga_type=CountingFlow.saga_type, step_index=2).count() == (
         timers
     )
+    # The journal entries came with those statements: one per woken step.
+    assert SagaJournalEntry.objects.filter(via=JournalVia.TIMER).count() == timers
 
 
 def test_a_pass_commits_what_it_fired_once_its_commit_interval_has_passed(
@@ -109,11 +111,12 @@ def test_two_timers_of_each_saga_due_together_cost_two_commit_groups_not_one_per
     assert sorted(map(sorted, fired)) == [sorted(NOTICE_TIMERS)] * 5
 
 
-#: What a new instance writes: the instance, its inbox row and its timer. On PostgreSQL one
-#: statement (``WITH … INSERT``) that commits on its own; elsewhere three INSERTs.
+#: What a new instance writes: the instance, its inbox row, its journal entry and its timer.
+#: On PostgreSQL one statement (``WITH … INSERT``) that commits on its own; elsewhere four
+#: INSERTs.
 NEW_INSTANCE_WRITES = {
     "postgresql": ["WITH"],
-    "sqlite": ["BEGIN", "INSERT", "INSERT", "INSERT", "COMMIT"],
+    "sqlite": ["BEGIN", "INSERT", "INSERT", "INSERT", "INSERT", "COMMIT"],
 }
 
 
@@ -130,7 +133,8 @@ def test_publishing_a_start_event_costs_one_read_and_one_commit_without_savepoin
         "SELECT",
         *NEW_INSTANCE_WRITES[connection.vendor],
     ]
-    assert SagaInstance.objects.filter(correlation_key="stmt-start").count() == 1
+    saga = SagaInstance.objects.get(correlation_key="stmt-start")
+    assert SagaJournalEntry.objects.filter(saga=saga).count() == 1
 
 
 def test_a_start_event_inside_a_callers_transaction_adds_one_savepoint() -> None:

@@ -16,6 +16,8 @@ from bsft_saga.models import (
     SagaAuditRecord,
     SagaInboxEntry,
     SagaInstance,
+    SagaJournalEntry,
+    SagaKeptEvent,
     SagaOutboxMessage,
     SagaTimeout,
     TimeoutOutcome,
@@ -60,6 +62,8 @@ def rows_of(instance: SagaInstance) -> DeletedRows:
     return DeletedRows(
         instances=int(SagaInstance.objects.filter(pk=instance.pk).exists()),
         inbox=count(SagaInboxEntry),
+        journal=count(SagaJournalEntry),
+        kept=count(SagaKeptEvent),
         timeouts=count(SagaTimeout),
         outbox=count(SagaOutboxMessage),
     )
@@ -82,7 +86,7 @@ def test_every_finished_instance_of_the_key_goes_with_all_its_rows(
 
     assert report.erased == (first.pk, second.pk)
     assert report.instances == 2
-    assert report.rows == DeletedRows(instances=2, inbox=3, timeouts=2, outbox=3)
+    assert report.rows == DeletedRows(instances=2, inbox=3, journal=3, timeouts=2, outbox=3)
     assert rows_of(first) == rows_of(second) == DeletedRows()
     assert all(rows_of(other).instances == 1 for other in customer["others"])
 
@@ -106,7 +110,7 @@ def test_the_active_instance_is_kept_without_include_active(customer: dict[str, 
     report = erase_saga_data(REMINDER_SAGA_TYPE, "c-1", now=NOW)
 
     assert report.kept_active == (active.pk,)
-    assert rows_of(active) == DeletedRows(instances=1, inbox=3, timeouts=1, outbox=1)
+    assert rows_of(active) == DeletedRows(instances=1, inbox=3, journal=3, timeouts=1, outbox=1)
     assert SagaTimeout.objects.get(saga=active).dispatched_at is None
 
 

@@ -69,7 +69,7 @@ def test_a_finished_instance_older_than_the_window_goes_with_all_its_rows() -> N
 
     report = purge()
 
-    assert report == PurgeReport(instances=1, inbox=3, timeouts=2, outbox=1, audit=0)
+    assert report == PurgeReport(instances=1, inbox=3, journal=3, timeouts=2, outbox=1, audit=0)
     assert not any(exists(row) for row in (done, fired, canceled, delivered))
     assert not SagaInboxEntry.objects.exists()
 
@@ -108,7 +108,7 @@ def test_a_finished_instance_with_an_undelivered_outbox_row_waits_for_its_delive
     assert inbox_of(done) == 1
 
     SagaOutboxMessage.objects.filter(pk=undelivered.pk).update(delivered_at=OLD)
-    assert purge() == PurgeReport(instances=1, inbox=1, outbox=1)
+    assert purge() == PurgeReport(instances=1, inbox=1, journal=1, outbox=1)
 
 
 def test_a_finished_instance_with_a_pending_timer_is_kept_with_the_timer() -> None:
@@ -198,7 +198,7 @@ def test_without_keeping_dead_letters_old_ones_go_with_their_instances(
 ) -> None:
     report = purge(keep_dead_lettered=False)
 
-    assert report == PurgeReport(instances=2, inbox=4, timeouts=1, outbox=2)
+    assert report == PurgeReport(instances=2, inbox=4, journal=4, timeouts=1, outbox=2)
     assert not any(exists(row) for row in dead_letters.values())
 
 
@@ -237,7 +237,7 @@ def test_omitted_arguments_take_the_retention_setting(dead_letters: dict[str, An
     retention = {"OLDER_THAN": 7 * 86400, "KEEP_DEAD_LETTERED": False, "AUDIT_OLDER_THAN": 604800}
     with override_settings(BSFT_SAGA={"RETENTION": retention}):
         report = purge_saga_data(now=NOW)
-    assert report == PurgeReport(instances=2, inbox=4, timeouts=1, outbox=2, audit=1)
+    assert report == PurgeReport(instances=2, inbox=4, journal=4, timeouts=1, outbox=2, audit=1)
 
 
 def test_the_window_is_measured_from_the_clock() -> None:
@@ -274,7 +274,7 @@ def test_a_dry_run_counts_exactly_what_the_purge_then_deletes(
     would = purge(dry_run=True, **options)
 
     assert _row_counts() == rows_before
-    assert would == PurgeReport(instances=3, inbox=6, timeouts=3, outbox=4, audit=1)
+    assert would == PurgeReport(instances=3, inbox=6, journal=6, timeouts=3, outbox=4, audit=1)
     assert purge(**options) == would
 
 
@@ -320,7 +320,9 @@ def test_a_bulk_purge_deletes_thousands_of_instances_in_bounded_statements() -> 
     with CaptureQueriesContext(connection) as queries:
         report = purge(batch_size=BATCH)
 
-    assert report == PurgeReport(instances=BULK, inbox=2 * BULK, timeouts=BULK, outbox=BULK)
+    assert report == PurgeReport(
+        instances=BULK, inbox=2 * BULK, journal=2 * BULK, timeouts=BULK, outbox=BULK
+    )
     assert SagaInstance.objects.get() == running
     assert inbox_of(running) == 3
     assert SagaTimeout.objects.get() == pending
@@ -330,12 +332,13 @@ def test_a_bulk_purge_deletes_thousands_of_instances_in_bounded_statements() -> 
     # A table's rows go in DELETEs of BATCH rows until one deletes fewer (maybe none).
     # The retired timers and delivered outbox rows go first, whoever they belong to; then
     # each page of at most BATCH instances costs one SELECT of their ids, its inbox rows,
-    # the DELETEs that find no timer, no outbox row and no kept event left, and one for the
-    # instances.
+    # the DELETEs that find no timer, no outbox row and no kept event left, its journal
+    # entries, and one for the instances.
     pages = [BATCH] * (BULK // BATCH) + [BULK % BATCH]
     expected = deletes(BULK) + deletes(BULK)
     expected += sum(
-        1 + deletes(2 * page) + deletes(0) + deletes(0) + deletes(0) + 1 for page in pages
+        1 + deletes(2 * page) + deletes(0) + deletes(0) + deletes(0) + deletes(2 * page) + 1
+        for page in pages
     )
     assert len(statements) == expected
     instance_deletes = [sql for sql in statements if sql.startswith(INSTANCE_DELETE)]

@@ -28,7 +28,7 @@ from tests.testapp.ops_flows import REMINDER_SAGA_TYPE, make_timeout
 
 pytestmark = pytest.mark.django_db
 
-TOTALS = "instances={} inbox={} timeouts={} outbox={} audit={}"
+TOTALS = "instances={} inbox={} journal={} timeouts={} outbox={} audit={}"
 OPERATIONS = Path(__file__).resolve().parents[2] / "docs" / "operations.md"
 
 
@@ -53,14 +53,14 @@ def test_purge_ends_with_the_totals_line(history: dict[str, Any]) -> None:
 
     assert out.startswith("Deleted saga data before ")
     assert "(dead letters kept; audit records kept)" in out
-    assert last_line(out) == TOTALS.format(1, 2, 1, 1, 0)
+    assert last_line(out) == TOTALS.format(1, 2, 2, 1, 1, 0)
     assert set(SagaInstance.objects.values_list("correlation_key", flat=True)) == {"dead"}
 
 
 def test_purge_options_override_the_retention_setting(history: dict[str, Any]) -> None:
     out, _ = run("purge_saga_data", "--no-keep-dead-lettered", "--audit-older-than", "365d")
 
-    assert last_line(out) == TOTALS.format(2, 3, 2, 1, 1)
+    assert last_line(out) == TOTALS.format(2, 3, 3, 2, 1, 1)
     assert not SagaInstance.objects.exists()
     assert not SagaAuditRecord.objects.exists()
 
@@ -69,29 +69,29 @@ def test_purge_defaults_come_from_the_retention_setting(history: dict[str, Any])
     retention = {"OLDER_THAN": timedelta(days=60), "AUDIT_OLDER_THAN": timedelta(days=365)}
     with override_settings(BSFT_SAGA={"RETENTION": retention}):
         out, _ = run("purge_saga_data")
-    assert last_line(out) == TOTALS.format(0, 0, 0, 0, 1)
+    assert last_line(out) == TOTALS.format(0, 0, 0, 0, 0, 1)
 
     with override_settings(BSFT_SAGA={"RETENTION": {"KEEP_DEAD_LETTERED": False}}):
         out, _ = run("purge_saga_data", "--keep-dead-lettered", "--older-than", "30d")
-    assert last_line(out) == TOTALS.format(1, 2, 1, 1, 0)
+    assert last_line(out) == TOTALS.format(1, 2, 2, 1, 1, 0)
 
 
 def test_purge_dry_run_prints_what_would_go_and_deletes_nothing(history: dict[str, Any]) -> None:
     out, _ = run("purge_saga_data", "--dry-run", "--no-keep-dead-lettered")
 
     assert out.startswith("Would delete saga data before ")
-    assert last_line(out) == TOTALS.format(2, 3, 2, 1, 0)
+    assert last_line(out) == TOTALS.format(2, 3, 3, 2, 1, 0)
     assert SagaInstance.objects.count() == 2
 
 
 def test_purge_at_verbosity_0_prints_only_the_totals(history: dict[str, Any]) -> None:
-    assert run("purge_saga_data", verbosity=0) == (TOTALS.format(1, 2, 1, 1, 0) + "\n", "")
+    assert run("purge_saga_data", verbosity=0) == (TOTALS.format(1, 2, 2, 1, 1, 0) + "\n", "")
 
 
 def test_purge_in_batches_of_one_deletes_the_same(history: dict[str, Any]) -> None:
     out, _ = run("purge_saga_data", "--batch-size", "1", "--no-keep-dead-lettered")
 
-    assert last_line(out) == TOTALS.format(2, 3, 2, 1, 0)
+    assert last_line(out) == TOTALS.format(2, 3, 3, 2, 1, 0)
 
 
 def test_purge_warns_about_a_window_shorter_than_a_day(history: dict[str, Any]) -> None:
@@ -119,7 +119,7 @@ def test_purge_options_given_to_call_command_mean_what_they_say(
 ) -> None:
     out, _ = run("purge_saga_data", **options)
 
-    assert last_line(out) == TOTALS.format(2, 3, 2, 1, 0)
+    assert last_line(out) == TOTALS.format(2, 3, 3, 2, 1, 0)
 
 
 @pytest.mark.parametrize(
@@ -157,7 +157,15 @@ def test_the_task_purges_with_the_retention_defaults(history: dict[str, Any]) ->
     assert purge_task.name == "bsft_saga.tasks.purge_saga_data"
     result = purge_task.apply().get()
 
-    assert result == {"instances": 1, "inbox": 2, "timeouts": 1, "outbox": 1, "kept": 0, "audit": 0}
+    assert result == {
+        "instances": 1,
+        "inbox": 2,
+        "journal": 2,
+        "timeouts": 1,
+        "outbox": 1,
+        "kept": 0,
+        "audit": 0,
+    }
     with override_settings(BSFT_SAGA={"RETENTION": {"KEEP_DEAD_LETTERED": False}}):
         assert purge_task.apply().get()["instances"] == 1
 
@@ -193,7 +201,8 @@ def test_erase_ends_with_the_instances_line_and_names_the_active_one_kept(
     out, err = run("erase_saga_data", REMINDER_SAGA_TYPE, "c-1")
 
     assert out.splitlines()[0] == (
-        f"Erased 1 instance(s) of {REMINDER_SAGA_TYPE}[c-1] (inbox=2 timeouts=0 outbox=0)."
+        f"Erased 1 instance(s) of {REMINDER_SAGA_TYPE}[c-1] "
+        "(inbox=2 journal=2 timeouts=0 outbox=0)."
     )
     assert last_line(out) == "instances=1"
     assert f"kept active instance {customer['active'].pk}" in err

@@ -7,13 +7,17 @@ what the engine writes for a finished or running saga that handled ``events`` ev
 from __future__ import annotations
 
 import uuid
+from collections.abc import Iterable
 from datetime import datetime, timedelta
 from typing import Any
 
 from bsft_saga.models import (
+    JournalKind,
+    JournalVia,
     SagaAuditRecord,
     SagaInboxEntry,
     SagaInstance,
+    SagaJournalEntry,
     SagaOutboxMessage,
     SagaTimeout,
     TimeoutOutcome,
@@ -37,7 +41,7 @@ def saga(
             completed_at=completed_at, updated_at=completed_at
         )
         row.refresh_from_db()
-    SagaInboxEntry.objects.bulk_create(_inbox_row(row, started_at) for _ in range(events))
+    _handled(_inbox_row(row, started_at) for _ in range(events))
     return row
 
 
@@ -92,7 +96,7 @@ def bulk_finished_sagas(
         )
         for number in range(count)
     )
-    SagaInboxEntry.objects.bulk_create(
+    _handled(
         _inbox_row(instance, started_at) for instance in instances for _ in range(inbox_per_saga)
     )
     SagaTimeout.objects.bulk_create(
@@ -108,6 +112,22 @@ def bulk_finished_sagas(
             delivered_at=completed_at,
         )
         for instance in instances
+    )
+
+
+def _handled(inbox: Iterable[SagaInboxEntry]) -> None:
+    """Inbox rows with the journal entry the engine writes beside each."""
+    rows = SagaInboxEntry.objects.bulk_create(inbox)
+    SagaJournalEntry.objects.bulk_create(
+        SagaJournalEntry(
+            saga=row.saga,
+            at=row.handled_at,
+            kind=JournalKind.ADVANCED,
+            event_type=row.event_type,
+            message_id=row.message_id,
+            via=JournalVia.PUBLISH,
+        )
+        for row in rows
     )
 
 

@@ -65,7 +65,8 @@ class Command(BaseCommand):
             else:
                 self.stdout.write(
                     f"Erased {report.instances} instance(s) of {saga_type}[{key}] "
-                    f"(inbox={rows.inbox} timeouts={rows.timeouts} outbox={rows.outbox})."
+                    f"(inbox={rows.inbox} journal={rows.journal} timeouts={rows.timeouts} "
+                    f"outbox={rows.outbox})."
                 )
         # Last, at every verbosity: scripts read it with `tail -n 1`.
         self.stdout.write(self.style.SUCCESS(f"instances={report.instances}"))

@@ -26,7 +26,7 @@ class Command(BaseCommand):
         "and dead-lettered outbox rows; audit records (with an audit window). Active "
         "instances and their inbox rows, pending timers and undelivered outbox rows are "
         "never deleted. Each option defaults to BSFT_SAGA['RETENTION']. The last line is "
-        "instances=N inbox=N timeouts=N outbox=N audit=N."
+        "instances=N inbox=N journal=N timeouts=N outbox=N audit=N."
     )
 
     def add_arguments(self, parser: CommandParser) -> None:

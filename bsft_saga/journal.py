@@ -1,0 +1,108 @@
+"""The journal of an instance: one ``SagaJournalEntry`` per transition and operator action.
+
+Each entry is written in the commit of what it records, so the journal never tells of a
+transition that rolled back, nor misses one that committed:
+
+- a transition's entry rides with its inbox row: the engine's window writes both only if
+  its version-checked advance matched (on PostgreSQL in the same statement, see
+  :mod:`bsft_saga.engine.window`); a new instance's entry is inserted with it;
+- an operator action's entry (:func:`record_action`) is written in the action's own
+  transaction, beside its audit record.
+
+An entry holds metadata only (what happened, when, through what, by whom), never the state
+or an event's payload: it is shown to anyone allowed to see sagas. It goes with its
+instance when that is purged or erased.
+"""
+
+from __future__ import annotations
+
+import uuid
+from datetime import datetime
+from typing import Any
+
+from bsft_saga import clock
+from bsft_saga.db import sql
+from bsft_saga.events.envelope import Envelope
+from bsft_saga.models import JournalKind, JournalVia, SagaJournalEntry
+
+__all__ = ["record_action", "transition_entry", "username"]
+
+
+def transition_entry(
+    saga_id: uuid.UUID,
+    *,
+    kind: JournalKind,
+    envelope: Envelope,
+    via: JournalVia,
+    step_before: int | None,
+    step_after: int,
+    version: int,
+    at: datetime,
+) -> dict[str, Any]:
+    """The row of a transition's entry, for the window to write with its inbox row.
+
+    Every transition's row names the same fields, so that a pass can write the entries of a
+    whole group in one statement (``sql.update_then_insert_each``).
+    """
+    timer = envelope.timer
+    return {
+        "saga": saga_id,
+        "at": at,
+        "kind": kind,
+        "event_type": envelope.event_type,
+        "message_id": envelope.message_id,
+        "step_before": step_before,
+        "step_after": step_after,
+        "version": version,
+        "via": via,
+        "timer_name": timer.name if timer is not None else "",
+        "user": "",
+        "correlation_id": envelope.correlation_id or "",
+    }
+
+
+def record_action(
+    saga_id: uuid.UUID,
+    kind: JournalKind,
+    *,
+    user: Any = None,
+    timer_name: str = "",
+    event_type: str = "",
+    message_id: uuid.UUID | None = None,
+    step: int | None = None,
+    version: int | None = None,
+    correlation_id: str = "",
+    at: datetime | None = None,
+) -> None:
+    """Write the entry of an operator action on ``saga_id`` (in the caller's transaction).
+
+    ``user`` is the operator (``None`` from a command or code); ``step`` the instance's step,
+    unchanged by the action (``step_before`` and ``step_after``); ``version`` its version
+    after the action, when the action moved it on.
+    """
+    sql.insert(
+        SagaJournalEntry,
+        [
+            {
+                "saga": saga_id,
+                "at": at or clock.now(),
+                "kind": kind,
+                "event_type": event_type,
+                "message_id": message_id,
+                "step_before": step,
+                "step_after": step,
+                "version": version,
+                "via": JournalVia.OPERATOR,
+                "timer_name": timer_name,
+                "user": username(user),
+                "correlation_id": correlation_id,
+            }
+        ],
+    )
+
+
+def username(user: Any) -> str:
+    """The name an entry keeps of ``user``: its username if authenticated, else ``""``."""
+    if user is None or not getattr(user, "is_authenticated", False):
+        return ""
+    return str(user.get_username())
