@@ -39,7 +39,8 @@ def requeue_dead_lettered(
     still being dead-lettered, so concurrent requeues are safe and one refusal never undoes
     another row's requeue. Each requeued row writes one audit record
     (``"saga.timeout.requeued"`` or ``"saga.outbox.requeued"``, naming ``user`` — ``None``
-    from a command — and the row's saga) in the savepoint that requeued it.
+    from a command — and the row's saga) in the savepoint that requeued it, and, for a row
+    of a saga, one ``requeued`` entry in that saga's journal.
     """
     every_row = channel.all_rows()
     if ids is None:

@@ -50,8 +50,8 @@ def fire_now(ids: Iterable[int], *, user: Any = None, now: datetime | None = Non
     The event is not published here: the timer fires through the dispatcher like any other
     (the catch-up policy sees it as just due). A timer a dispatcher has claimed is made due
     too, but reported as ``held``: the claim decides when it fires. One audit record per
-    timer made due (``action="saga.timeout.fire-now"``, naming its saga) is written in the
-    same transaction.
+    timer made due (``action="saga.timeout.fire-now"``, naming its saga) and one
+    ``fired_now`` entry in its saga's journal are written in the same transaction.
 
     Refused: a timer that does not exist or is no longer pending, and a ``with_deadline``
     timer (``bsft_saga.deadline``) when ``user`` lacks ``DEADLINE_PERMISSION`` (``user=None``,

@@ -54,7 +54,8 @@ def cancel_timers(
     """Cancel the pending, unclaimed timers in ``ids``: retired as ``canceled``, unpublished.
 
     One audit record per canceled timer (``action="saga.timeout.canceled"``, ``user``: the
-    operator, ``None`` from a command). A ``with_deadline`` timer may be canceled too: the
+    operator, ``None`` from a command) and one ``timer_canceled`` entry in its saga's
+    journal, in the cancel's transaction. A ``with_deadline`` timer may be canceled too: the
     saga then has no deadline to expire it. Refused, and named: a timer that does not exist,
     is no longer pending, or is held by a dispatcher's claim.
     """
@@ -89,7 +90,7 @@ def reschedule_timer(
 
     A waiting retry back-off is dropped; ``attempts``, the payload and the ``message_id``
     stay (receivers see the same message when it fires). One audit record
-    (``action="saga.timeout.rescheduled"``). Refused, with the reason: a timer that does not
+    (``action="saga.timeout.rescheduled"``) and one ``timer_rescheduled`` journal entry. Refused, with the reason: a timer that does not
     exist, is no longer pending, or is held by a dispatcher's claim.
     """
     moment = now or clock.now()
