@@ -15,7 +15,14 @@ from rest_framework import serializers
 
 from bsft_saga import clock
 from bsft_saga.db.datetimes import readable_rows, unreadable_fields
-from bsft_saga.models import SagaInstance, SagaKeptEvent, SagaOutboxMessage, SagaTimeout
+from bsft_saga.history import ENTRY_FIELDS
+from bsft_saga.models import (
+    SagaInstance,
+    SagaJournalEntry,
+    SagaKeptEvent,
+    SagaOutboxMessage,
+    SagaTimeout,
+)
 from bsft_saga.timeouts.listing import listed_timers
 
 #: The key that names a row's unreadable datetime fields (only on such a row).
@@ -101,6 +108,20 @@ class SagaKeptEventSerializer(ReadableDatetimesMixin, serializers.ModelSerialize
         model = SagaKeptEvent
         fields = KEPT_EVENT_FIELDS
         read_only_fields = KEPT_EVENT_FIELDS
+
+
+JOURNAL_FIELDS = list(ENTRY_FIELDS)
+
+
+class SagaJournalEntrySerializer(
+    ReadableDatetimesMixin, serializers.ModelSerializer[SagaJournalEntry]
+):
+    """One entry of an instance's journal: metadata only, never state or payload."""
+
+    class Meta:
+        model = SagaJournalEntry
+        fields = JOURNAL_FIELDS
+        read_only_fields = JOURNAL_FIELDS
 
 
 class SagaInstanceDetailSerializer(SagaInstanceSerializer):

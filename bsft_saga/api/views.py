@@ -28,12 +28,14 @@ from bsft_saga.api.permissions import CanReadSagaContent, CanViewSagas
 from bsft_saga.api.serializers import (
     SagaInstanceDetailSerializer,
     SagaInstanceSerializer,
+    SagaJournalEntrySerializer,
     SagaStatusSerializer,
     SagaTimeoutSerializer,
 )
 from bsft_saga.audit import READ_CONTENT, AuditRecorder, get_audit_recorder
 from bsft_saga.conf import saga_settings
 from bsft_saga.db.datetimes import readable_rows
+from bsft_saga.history import newest_first
 from bsft_saga.models import SagaInstance
 from bsft_saga.status import saga_status
 from bsft_saga.timeouts.listing import in_listing_order
@@ -53,6 +55,8 @@ class SagaInstanceViewSet(ReadOnlyModelViewSet[SagaInstance]):
     """``GET instances/``: progress metadata, newest transition first.
     ``GET instances/<id>/``: state, every pending timer and the newest retired ones,
     audited. ``GET instances/<id>/timeouts/``: all of the instance's timers, paged, audited.
+    ``GET instances/<id>/history/``: the instance's journal, paged, newest first; metadata
+    only, so it needs the list's permission and is not audited.
     The two content routes are 404 unless ``READ_CONTENT_PERMISSION`` is configured (they
     are then effectively unmapped)."""
 
@@ -86,6 +90,8 @@ class SagaInstanceViewSet(ReadOnlyModelViewSet[SagaInstance]):
             return SagaInstanceDetailSerializer
         if self.action == "timeouts":
             return SagaTimeoutSerializer
+        if self.action == "history":
+            return SagaJournalEntrySerializer
         return SagaInstanceSerializer
 
     def retrieve(self, request: Request, *args: Any, **kwargs: Any) -> Response:
@@ -107,6 +113,21 @@ class SagaInstanceViewSet(ReadOnlyModelViewSet[SagaInstance]):
         # records nothing.
         _record_content_read(recorder, request, instance)
         return self.get_paginated_response(SagaTimeoutSerializer(page, many=True).data)
+
+    # A page of entries, not one instance: without this the schema would describe one entry
+    # (and the instance list's filters, which are not this route's). The action names its
+    # schema class so that extend_schema extends it rather than DRF's default, which a
+    # project that does not use drf-spectacular leaves at DRF's own.
+    @extend_schema(responses=SagaJournalEntrySerializer(many=True), filters=False)
+    @action(detail=True, methods=["get"], url_path="history", schema=AutoSchema())
+    def history(self, request: Request, pk: str | None = None) -> Response:
+        """The instance's journal, paged, newest first: one entry per transition (started,
+        advanced, handled, completed, expired) and per operator action on it. Metadata
+        only, never state or payload: the list's permission, not audited."""
+        instance = self.get_object()  # an unknown or malformed id is a 404, as on the detail
+        entries: Any = newest_first(instance.journal.all())  # the viewset is typed for instances
+        page: Any = self.paginate_queryset(entries)
+        return self.get_paginated_response(SagaJournalEntrySerializer(page, many=True).data)
 
 
 def _content_recorder() -> AuditRecorder:
