@@ -90,8 +90,9 @@ def reschedule_timer(
 
     A waiting retry back-off is dropped; ``attempts``, the payload and the ``message_id``
     stay (receivers see the same message when it fires). One audit record
-    (``action="saga.timeout.rescheduled"``) and one ``timer_rescheduled`` journal entry. Refused, with the reason: a timer that does not
-    exist, is no longer pending, or is held by a dispatcher's claim.
+    (``action="saga.timeout.rescheduled"``) and one ``timer_rescheduled`` journal entry.
+    Refused, with the reason: a timer that does not exist, is no longer pending, or is held
+    by a dispatcher's claim.
     """
     moment = now or clock.now()
     when = storable(due_at, field="due_at", where=f"reschedule_timer({pk})")
