@@ -135,6 +135,10 @@ def test_demo_order_without_payment_is_cancelled_by_its_payment_timer(
         r"timer\s+payment\s+due Sat 2026-03-28 10:00 UTC .*fired\s+at Sat 2026-03-28 10:00 UTC", o2
     ), o2
     assert "warehouse: stock released for order o-2" in demo.stdout
+    # Its journal says the timer, not an event someone published, ended it.
+    assert re.search(
+        r"journal\s+Sat 2026-03-28 10:00 UTC\s+completed via timer\s+payment\s+step 2 -> 3", o2
+    ), o2
 
 
 @pytest.mark.slow

@@ -18,7 +18,7 @@ from zoneinfo import ZoneInfo
 from django.core.management.base import BaseCommand, CommandError
 
 from bsft_saga import clock
-from bsft_saga.models import SagaInstance, SagaTimeout
+from bsft_saga.models import JournalVia, SagaInstance, SagaJournalEntry, SagaTimeout
 from bsft_saga.status import SagaStatus, saga_status
 from bsft_saga.tasks import drain_saga_timeouts
 from bsft_saga.testing import SagaHarness
@@ -217,7 +217,10 @@ class Command(BaseCommand):
     def _journeys(self) -> None:
         self.stdout.write("")
         self.stdout.write(
-            self.style.MIGRATE_HEADING("Journeys (SagaInstance and SagaTimeout rows)")
+            self.style.MIGRATE_HEADING(
+                "Journeys (SagaInstance, SagaJournalEntry and SagaTimeout rows; "
+                "manage.py saga_history shows one)"
+            )
         )
         for instance in SagaInstance.objects.order_by("saga_type", "correlation_key"):
             self.stdout.write(
@@ -225,6 +228,13 @@ class Command(BaseCommand):
                 f"step_index={instance.step_index}  is_complete={instance.is_complete}"
             )
             self.stdout.write(f"    state     {json.dumps(instance.state)}")
+            for entry in SagaJournalEntry.objects.filter(saga=instance).order_by("at", "id"):
+                what = entry.timer_name if entry.via == JournalVia.TIMER else entry.event_type
+                before = "-" if entry.step_before is None else entry.step_before
+                self.stdout.write(
+                    f"    journal   {utc(entry.at)}  {entry.kind:<9} via {entry.via:<7} "
+                    f"{what}  step {before} -> {entry.step_after}"
+                )
             timers = SagaTimeout.objects.filter(saga=instance).order_by("due_at", "id")
             for timer in timers:
                 settled = utc(timer.dispatched_at) if timer.dispatched_at else "-"
