@@ -18,6 +18,7 @@ from django.db.models.functions import Coalesce
 from django.utils.translation import gettext_lazy as _
 
 from bsft_saga import clock
+from bsft_saga.moments import format_moment
 from bsft_saga.querysets import (
     DeliveryStatus,
     SagaInstanceQuerySet,
@@ -403,7 +404,7 @@ class SagaTimeout(DeliveryRow):
         ]
 
     def __str__(self) -> str:
-        return f"{self.name} due {self.due_at:%Y-%m-%d %H:%M}"
+        return f"{self.name} due {format_moment(self.due_at)}"
 
     @property
     def is_pending(self) -> bool:

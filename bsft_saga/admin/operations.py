@@ -32,6 +32,7 @@ from django.utils.dateparse import parse_datetime
 from django.utils.translation import gettext_lazy as _
 from django.utils.translation import ngettext
 
+from bsft_saga.admin.times import format_moment
 from bsft_saga.db.datetimes import storable
 from bsft_saga.engine import termination
 from bsft_saga.events.codec import unstorable_text
@@ -245,8 +246,8 @@ class TimerLeversAction:
                 else:
                     modeladmin.message_user(
                         request,
-                        _("Timer %(name)r is due at %(due)s UTC.")
-                        % {"name": timer.name, "due": f"{due_at:%Y-%m-%d %H:%M:%S}"},
+                        _("Timer %(name)r is due at %(due)s.")
+                        % {"name": timer.name, "due": format_moment(due_at)},
                         messages.SUCCESS,
                     )
                 return None

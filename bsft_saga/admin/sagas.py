@@ -23,6 +23,7 @@ from datetime import datetime, timedelta
 from typing import Any, cast
 
 from django.contrib import admin, messages
+from django.contrib.admin.utils import flatten_fieldsets
 from django.db.models import Model, QuerySet
 from django.http import HttpRequest, HttpResponse
 from django.urls import reverse
@@ -32,6 +33,7 @@ from django.utils.translation import gettext_lazy as _
 from django.utils.translation import ngettext
 
 from bsft_saga import clock, outbox
+from bsft_saga.admin.journal import HISTORY_TEMPLATE, JournalHistoryMixin, timeline
 from bsft_saga.admin.operations import (
     FireNowAction,
     TerminateSagasAction,
@@ -39,6 +41,7 @@ from bsft_saga.admin.operations import (
     message_refusals,
 )
 from bsft_saga.admin.queries import ContentLookupGuardMixin
+from bsft_saga.admin.times import MomentFieldsMixin
 from bsft_saga.audit import READ_CONTENT, get_audit_recorder, record_action
 from bsft_saga.conf import saga_settings
 from bsft_saga.db.datetimes import readable_rows, unreadable_fields
@@ -101,14 +104,23 @@ class NoWritesMixin:
         return False
 
 
-class ReadOnlyAdmin(ContentLookupGuardMixin, NoWritesMixin, admin.ModelAdmin):
-    """Viewable with the model's view permission; no add, change or delete for anyone."""
+def _every_field_shown(model_admin: Any, request: HttpRequest, obj: Any) -> list[Any]:
+    # From the fieldsets, not the names: the moment columns there are the ones to match.
+    return flatten_fieldsets(model_admin.get_fieldsets(request, obj))
+
+
+class ReadOnlyAdmin(MomentFieldsMixin, ContentLookupGuardMixin, NoWritesMixin, admin.ModelAdmin):
+    """Viewable with the model's view permission; no add, change or delete for anyone.
+    Moments are shown to the second with their time zone (``bsft_saga.admin.times``)."""
 
     # A filtered page would otherwise also COUNT(*) the whole table, on every load.
     show_full_result_count = False
 
+    class Media:
+        css = {"all": ("bsft_saga/admin.css",)}
+
     def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> Any:
-        return self.get_fields(request, obj)
+        return _every_field_shown(self, request, obj)
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[Any]:
         # A date stored out of range (by an earlier release, or by hand) would fail the
@@ -197,7 +209,18 @@ class StuckFilter(StalledFilter):
         return instances.stuck(since)
 
 
-class SagaTimeoutInline(NoWritesMixin, admin.TabularInline):
+class ReadOnlyInline(MomentFieldsMixin, NoWritesMixin, admin.TabularInline):
+    """An inline of the instance page: every field read-only, no rows added or deleted."""
+
+    extra = 0
+    max_num = 0
+    can_delete = False
+
+    def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> Any:
+        return _every_field_shown(self, request, obj)
+
+
+class SagaTimeoutInline(ReadOnlyInline):
     model = SagaTimeout
     fields = (
         "name",
@@ -209,11 +232,7 @@ class SagaTimeoutInline(NoWritesMixin, admin.TabularInline):
         "next_attempt_at",
         "dispatched_at",
     )
-    readonly_fields = fields
     ordering = ("due_at", "id")
-    extra = 0
-    max_num = 0
-    can_delete = False
     show_change_link = True
 
     @admin.display(description=_("status"))
@@ -221,7 +240,7 @@ class SagaTimeoutInline(NoWritesMixin, admin.TabularInline):
         return _status_label(obj)
 
 
-class SagaKeptEventInline(NoWritesMixin, admin.TabularInline):
+class SagaKeptEventInline(ReadOnlyInline):
     """The events kept for a later step (``keep_early``); their payloads are content: shown
     only to content readers, whose read of the page is audited like the state."""
 
@@ -229,9 +248,6 @@ class SagaKeptEventInline(NoWritesMixin, admin.TabularInline):
     fields = ("event_type", "step_index", "kept_at", "message_id", "correlation_id")
     content_fields = ("payload_json",)
     ordering = ("kept_at", "id")
-    extra = 0
-    max_num = 0
-    can_delete = False
     verbose_name_plural = _("kept events")
 
     def has_view_permission(self, request: HttpRequest, obj: Any = None) -> bool:
@@ -241,34 +257,48 @@ class SagaKeptEventInline(NoWritesMixin, admin.TabularInline):
     def get_fields(self, request: HttpRequest, obj: Any = None) -> Any:
         return [*self.fields, *(self.content_fields if shows_content(request) else ())]
 
-    def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> Any:
-        return self.get_fields(request, obj)
-
     @admin.display(description=_("payload"))
     def payload_json(self, obj: SagaKeptEvent) -> SafeString:
         return _pretty_json(obj.payload)
 
 
 @admin.register(SagaInstance)
-class SagaInstanceAdmin(TerminateSagasAction, ReadOnlyAdmin):
-    list_display = (
-        "saga_type",
-        "key",
-        "step_index",
-        "flow_version",
-        "is_complete",
-        "updated_at",
-        "created_at",
-        "deadline",
-    )
+class SagaInstanceAdmin(JournalHistoryMixin, TerminateSagasAction, ReadOnlyAdmin):
+    list_display = ("saga_type", "key", "step_index", "is_complete", "updated_at")
     list_filter = ("saga_type", "flow_version", "is_complete", StalledFilter, StuckFilter)
     search_fields = ("saga_type", "correlation_key")
     date_hierarchy = "updated_at"
     ordering = ("-updated_at",)
-    fields = (*SagaInstance.PROGRESS_FIELDS, "terminated_reason", "timers")
+    fields = (*SagaInstance.PROGRESS_FIELDS, "terminated_reason", "timeline", "timers")
     content_fields = ("state_json",)
     inlines = (SagaTimeoutInline, SagaKeptEventInline)
     actions = ("terminate_sagas",)
+    object_history_template = HISTORY_TEMPLATE  # the journal (bsft_saga.admin.journal)
+    #: The top of the instance's page: where it is, then its flow's picture and its journal;
+    #: every other field follows them (``get_fieldsets``).
+    headline_fields = (
+        "saga_type",
+        "correlation_key",
+        "step_index",
+        "is_complete",
+        "updated_at",
+        "terminated_reason",
+    )
+
+    def get_fieldsets(self, request: HttpRequest, obj: Any = None) -> Any:
+        [(_title, options)] = super().get_fieldsets(request, obj)
+        shown = list(options["fields"])
+
+        def named(*names: str) -> list[Any]:
+            return [field for field in shown if str(field) in names]
+
+        top = {*self.headline_fields, "picture", "timeline", *self.content_fields}
+        sections = [
+            (None, [*named(*self.headline_fields), *named("picture"), *named("timeline")]),
+            (_("Details"), [field for field in shown if str(field) not in top]),
+            (_("Content"), named(*self.content_fields)),
+        ]
+        return [(title, {"fields": fields}) for title, fields in sections if fields]
 
     @admin.display(description=_("correlation key"), ordering="correlation_key")
     def key(self, obj: SagaInstance) -> str:
@@ -295,6 +325,11 @@ class SagaInstanceAdmin(TerminateSagasAction, ReadOnlyAdmin):
             # Capped like the HTTP detail: a recurring timer leaves a row per occurrence.
             kwargs["queryset"] = readable_rows(listed_timers(obj))
         return kwargs
+
+    @admin.display(description=_("journal"))
+    def timeline(self, obj: SagaInstance) -> SafeString:
+        """The newest journal entries, as sentences; the *History* page has them all."""
+        return timeline(self.admin_site.name, obj)
 
     @admin.display(description=_("timers"))
     def timers(self, obj: SagaInstance) -> SafeString:
@@ -365,17 +400,7 @@ class TimerStatusFilter(DeliveryStatusFilter):
 
 @admin.register(SagaTimeout)
 class SagaTimeoutAdmin(FireNowAction, TimerLeversAction, ReadOnlyAdmin):
-    list_display = (
-        "name",
-        "saga_link",
-        "status",
-        "due_at",
-        "event_type",
-        "attempts",
-        "next_attempt_at",
-        "dispatched_at",
-        "calendar_key",
-    )
+    list_display = ("name", "saga_link", "status", "due_at", "event_type", "attempts")
     list_filter = (TimerStatusFilter, "event_type", "calendar_key", "scope", "saga__saga_type")
     list_select_related = ("saga",)
     search_fields = ("name", "saga__correlation_key", "event_type")
@@ -408,8 +433,7 @@ class SagaTimeoutAdmin(FireNowAction, TimerLeversAction, ReadOnlyAdmin):
 
     @admin.display(description=_("saga"), ordering="saga__saga_type")
     def saga_link(self, obj: SagaTimeout) -> SafeString:
-        url = reverse(f"{self.admin_site.name}:bsft_saga_sagainstance_change", args=[obj.saga_id])
-        return format_html('<a href="{}">{}</a>', url, str(obj.saga))
+        return link_to_saga(self, obj.saga)
 
     @admin.display(description=_("status"), ordering="outcome")
     def status(self, obj: SagaTimeout) -> str:
@@ -440,6 +464,14 @@ class SagaTimeoutAdmin(FireNowAction, TimerLeversAction, ReadOnlyAdmin):
 
     def audited_saga(self, obj: SagaTimeout) -> SagaInstance:
         return obj.saga
+
+
+def link_to_saga(model_admin: admin.ModelAdmin[Any], saga: SagaInstance | None) -> SafeString:
+    """A list cell naming ``saga`` and linking to its page; the empty value for none."""
+    if saga is None:
+        return format_html("{}", model_admin.get_empty_value_display())
+    url = reverse(f"{model_admin.admin_site.name}:bsft_saga_sagainstance_change", args=[saga.pk])
+    return format_html('<a href="{}">{}</a>', url, str(saga))
 
 
 def report_requeue(
@@ -474,17 +506,7 @@ class OutboxStatusFilter(DeliveryStatusFilter):
 
 @admin.register(SagaOutboxMessage)
 class SagaOutboxMessageAdmin(ReadOnlyAdmin):
-    list_display = (
-        "event_type",
-        "id",
-        "saga",
-        "status",
-        "created_at",
-        "deliver_at",
-        "delivered_at",
-        "attempts",
-        "next_attempt_at",
-    )
+    list_display = ("event_type", "saga_link", "status", "created_at", "deliver_at", "attempts")
     list_filter = (OutboxStatusFilter, "event_type")
     list_select_related = ("saga",)
     search_fields = ("event_type", "correlation_id")
@@ -512,6 +534,10 @@ class SagaOutboxMessageAdmin(ReadOnlyAdmin):
     @admin.display(description=_("status"))
     def status(self, obj: SagaOutboxMessage) -> str:
         return _status_label(obj)
+
+    @admin.display(description=_("saga"), ordering="saga__saga_type")
+    def saga_link(self, obj: SagaOutboxMessage) -> SafeString:
+        return link_to_saga(self, obj.saga)
 
     def has_requeue_permission(self, request: HttpRequest) -> bool:
         """Requeueing is gated on the model's change permission (the admin edits nothing)."""
@@ -542,7 +568,7 @@ class SagaOutboxMessageAdmin(ReadOnlyAdmin):
 
 @admin.register(SagaAuditRecord)
 class SagaAuditRecordAdmin(ReadOnlyAdmin):
-    list_display = ("recorded_at", "action", "username", "saga_type", "correlation_key")
+    list_display = ("recorded_at", "action", "username", "saga")
     list_filter = ("action", "saga_type")
     search_fields = ("username", "saga_type", "correlation_key", "correlation_id")
     date_hierarchy = "recorded_at"
@@ -557,3 +583,10 @@ class SagaAuditRecordAdmin(ReadOnlyAdmin):
         "instance_id",
         "correlation_id",
     )
+
+    @admin.display(description=_("saga"), ordering="saga_type")
+    def saga(self, obj: SagaAuditRecord) -> str:
+        """The saga type and key in one column, as an instance names itself."""
+        if not obj.saga_type:
+            return "-"  # an outbox row published with defer=True belongs to no saga
+        return f"{obj.saga_type}[{obj.correlation_key or '-'}]"

@@ -2,15 +2,25 @@
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any
 
 from django import template
+from django.utils.safestring import SafeString
 
+from bsft_saga.admin.times import moment_html
 from bsft_saga.status import SagaStatus, saga_status
 
 register = template.Library()
 
 VIEW_PERMISSION = "bsft_saga.view_sagainstance"
+
+
+@register.filter
+def moment(value: datetime | str | None) -> SafeString:
+    """``{{ value|moment }}``: a moment as every bsft_saga admin page shows it, to the
+    second in the current time zone, naming the zone (``bsft_saga.admin.times``)."""
+    return moment_html(value)
 
 
 @register.simple_tag(takes_context=True)

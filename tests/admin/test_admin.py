@@ -10,8 +10,7 @@ from django.contrib.auth.models import Permission, User
 from django.contrib.messages import get_messages
 from django.test import Client
 from django.urls import reverse
-from django.utils import formats
-from django.utils.timezone import localtime
+from django.utils.html import strip_tags
 
 from bsft_saga import clock, publish
 from bsft_saga.models import SagaAuditRecord, SagaInstance, SagaOutboxMessage, SagaTimeout
@@ -172,13 +171,13 @@ def test_instances_filter_by_stalled(viewer: Client, rows: dict[str, Any]) -> No
     assert _listed(viewer, "sagainstance", "?is_complete__exact=0") == {old, rows["saga"]}
 
 
-def test_instances_show_and_filter_by_flow_version(viewer: Client, rows: dict[str, Any]) -> None:
+def test_instances_filter_by_flow_version_and_their_page_shows_it(
+    viewer: Client, rows: dict[str, Any]
+) -> None:
     on_v2 = make_saga("on-v2")
     SagaInstance.objects.filter(pk=on_v2.pk).update(flow_version=2)
 
     assert _listed(viewer, "sagainstance", "?flow_version__exact=2") == {on_v2}
-    changelist = viewer.get(_url("sagainstance", "changelist"))
-    assert "flow_version" in changelist.context["cl"].list_display
     page = viewer.get(_url("sagainstance", "change", on_v2.pk))
     assert b"Flow version" in page.content
 
@@ -307,7 +306,7 @@ def test_a_timer_waiting_for_its_retry_shows_when_it_is_tried_again(viewer: Clie
 
     assert [r.pk for r in listed.context["cl"].result_list] == [row.pk]
     assert "waiting for a retry" in listed.content.decode()
-    assert _readonly_value(page, "next_attempt_at") == formats.localize(localtime(retry_at))
+    assert _readonly_value(page, "next_attempt_at") == f"{retry_at:%Y-%m-%d %H:%M:%S} UTC"
 
 
 def _readonly_value(page: Any, field_name: str) -> str:
@@ -316,7 +315,7 @@ def _readonly_value(page: Any, field_name: str) -> str:
         for line in fieldset:
             for field in line:
                 if field.field["name"] == field_name:
-                    return str(field.contents())
+                    return strip_tags(field.contents())
     raise AssertionError(f"{field_name} is not on the page")
 
 
@@ -329,7 +328,7 @@ def test_a_delayed_message_is_listed_as_waiting_with_its_delivery_time(viewer: C
     page = viewer.get(_url("sagaoutboxmessage", "change", waiting.message_id))
 
     assert [r.pk for r in listed.context["cl"].result_list] == [waiting.message_id]
-    shown = formats.localize(localtime(deliver_at))
+    shown = f"{deliver_at:%Y-%m-%d %H:%M:%S} UTC"  # TIME_ZONE = "UTC"
     assert shown in listed.content.decode()  # the deliver at column
     assert _readonly_value(page, "deliver_at") == shown
     assert _readonly_value(page, "status") == "waiting"

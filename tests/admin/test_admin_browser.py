@@ -16,15 +16,20 @@ Screenshots of the instance page go to a temporary directory; set
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import tempfile
 from collections.abc import Iterator
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from bsft_saga.models import SagaAuditRecord, SagaTimeout
+from bsft_saga import clock
+from bsft_saga.admin.journal import JOURNAL_ENTRIES_LISTED, JOURNAL_PAGE_SIZE
+from bsft_saga.audit import READ_CONTENT
+from bsft_saga.models import SagaAuditRecord, SagaInstance, SagaOutboxMessage, SagaTimeout
 from tests.support.admin import (
     CONTENT,
     SECRET,
@@ -34,7 +39,9 @@ from tests.support.admin import (
     make_content_rows,
     staff_user,
 )
+from tests.support.journal_rows import advanced_by_timer, timer_canceled_by
 from tests.support.services import in_ci
+from tests.testapp.ops_flows import make_saga, make_timeout
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -224,3 +231,151 @@ def test_the_content_reader_is_not_offered_the_requeue_action(
     reader.open(admin_url("sagatimeout", "changelist"))
 
     assert reader.page.locator("select[name=action]").count() == 0
+
+
+# -- layout -------------------------------------------------------------------------------
+
+VIEWPORT = {"width": 1400, "height": 900}
+LONG_SAGA_TYPE = "billing.subscriptions.dunning-with-escalation-to-collections"
+LONG_KEY = "customer-004711/subscription-2026-000123/invoice-2026-12-000987"
+LONG_EVENT_TYPE = "billing.subscriptions.payment-reminder-due-after-grace-period"
+
+
+@pytest.fixture
+def long_rows() -> SagaInstance:
+    """Rows as a real deployment has them: dotted saga and event types, composite keys, a
+    timer of every status, outbox rows and audit records naming them."""
+    saga = make_saga(LONG_KEY, saga_type=LONG_SAGA_TYPE)
+    for name, outcome in (("payment-reminder-1", "fired"), ("payment-reminder-2", None)):
+        make_timeout(saga, name, outcome=outcome, event_type=LONG_EVENT_TYPE)
+    make_timeout(saga, "escalate", outcome="dead_lettered", event_type=LONG_EVENT_TYPE)
+    for _ in range(3):
+        SagaOutboxMessage.objects.create(
+            saga=saga,
+            event_type=LONG_EVENT_TYPE,
+            payload={},
+            created_at=clock.now(),
+            deliver_at=clock.now() + timedelta(hours=1),
+            correlation_id="req-" + "7" * 32,
+        )
+        SagaAuditRecord.objects.create(
+            action=READ_CONTENT,
+            username="operator.with.a.long.name@example.com",
+            saga_type=LONG_SAGA_TYPE,
+            correlation_key=LONG_KEY,
+            instance_id=saga.pk,
+            correlation_id="req-" + "7" * 32,
+            recorded_at=clock.now(),
+        )
+    return saga
+
+
+@pytest.fixture
+def root(browser: Any, live_server: Any) -> Iterator[AdminSession]:
+    """A superuser: every action offered, so every list has its checkbox column."""
+    staff_user("root", superuser=True)
+    session = AdminSession(browser, live_server.url, "root")
+    yield session
+    session.close()
+
+
+def test_every_changelist_fits_a_1400_px_wide_window(
+    long_rows: SagaInstance, root: AdminSession
+) -> None:
+    root.page.set_viewport_size(VIEWPORT)
+    for model in CHANGELISTS:
+        root.open(admin_url(model, "changelist"))
+        width = root.page.evaluate(
+            """() => ({
+                table: document.querySelector('#result_list').getBoundingClientRect().right,
+                scroll: document.querySelector('#changelist-form .results').scrollWidth,
+                client: document.querySelector('#changelist-form .results').clientWidth,
+                page: document.documentElement.scrollWidth,
+            })"""
+        )
+        assert width["table"] <= VIEWPORT["width"], (model, width)
+        assert width["scroll"] <= width["client"], (model, width)
+        assert width["page"] <= VIEWPORT["width"], (model, width)
+
+
+# -- the instance page: its journal, and times ---------------------------------------------
+
+#: How every bsft_saga admin page writes a moment: to the second, with the zone.
+MOMENT_TEXT = re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d (?:[A-Z]{2,5}|[+-]\d\d:\d\d)$")
+
+
+def _journal_of(saga: SagaInstance, entries: int) -> None:
+    """``entries`` journal entries of ``saga``, a minute apart, the newest now: timers that
+    woke it, an operator who canceled one."""
+    start = clock.now() - timedelta(minutes=entries)
+    for n in range(entries - 1):
+        advanced_by_timer(saga, start + timedelta(minutes=n), timer_name=f"remind-{n}")
+    timer_canceled_by(saga, clock.now(), "night-shift", timer_name="escalate")
+
+
+def _times(page: Any) -> list[str]:
+    return [str(text) for text in page.locator("#content time").all_inner_texts()]
+
+
+def test_the_instance_page_shows_the_newest_journal_entries_as_sentences(
+    rows: ContentRows, operator: AdminSession
+) -> None:
+    _journal_of(rows.saga, JOURNAL_ENTRIES_LISTED + 5)
+
+    operator.open(admin_url("sagainstance", "change", rows.saga.pk))
+
+    lines = operator.page.locator(".field-timeline ol.saga-journal li")
+    assert lines.count() == JOURNAL_ENTRIES_LISTED
+    newest = lines.first.inner_text()
+    assert "Timer canceled “escalate” by operator night-shift: at step 2." in newest
+    assert "(timer “remind-23”): step 1 → 2, version 2." in lines.nth(1).inner_text()
+    assert f"{JOURNAL_ENTRIES_LISTED + 5} entries in all" in operator.page.inner_text(
+        ".field-timeline"
+    )
+    times = _times(operator.page)
+    assert times
+    assert all(MOMENT_TEXT.match(text) for text in times), times
+
+
+def test_the_history_button_pages_through_the_whole_journal(
+    rows: ContentRows, operator: AdminSession
+) -> None:
+    _journal_of(rows.saga, JOURNAL_PAGE_SIZE + 10)
+    operator.open(admin_url("sagainstance", "change", rows.saga.pk))
+
+    operator.page.click("a.historylink")
+    operator.page.wait_for_load_state("load")
+
+    assert "Journal of" in operator.page.inner_text("#content")
+    assert operator.page.locator("ol.saga-journal li").count() == JOURNAL_PAGE_SIZE
+    assert "night-shift" in operator.page.locator("ol.saga-journal li").first.inner_text()
+    operator.page.click("p.paginator a.end")
+    operator.page.wait_for_load_state("load")
+    last_page = operator.page.locator("ol.saga-journal li")
+    assert last_page.count() == 10
+    assert "(timer “remind-0”)" in last_page.last.inner_text()
+    assert f"{JOURNAL_PAGE_SIZE + 10} entries" in operator.page.inner_text("p.paginator")
+    times = _times(operator.page)
+    assert len(times) == 10
+    assert all(MOMENT_TEXT.match(text) for text in times), times
+
+
+def test_every_page_writes_its_times_to_the_second_with_the_zone(
+    rows: ContentRows, operator: AdminSession
+) -> None:
+    _journal_of(rows.saga, 3)
+    SagaAuditRecord.objects.create(
+        action=READ_CONTENT,
+        username="reader",
+        saga_type=rows.saga.saga_type,
+        recorded_at=clock.now(),
+    )
+    pages = [admin_url(model, "changelist") for model in CHANGELISTS]
+    pages += list(rows.change_urls().values())
+
+    for url in pages:
+        operator.open(url)
+        times = _times(operator.page)
+        assert times, url
+        assert all(MOMENT_TEXT.match(text) for text in times), (url, times)
+        assert not re.search(r"\b[ap]\.m\.", operator.page.inner_text("#content")), url
