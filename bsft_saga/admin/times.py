@@ -82,9 +82,9 @@ class MomentFieldsMixin:
     """``ModelAdmin`` or inline mixin: its ``DateTimeField``\\ s are shown by
     :func:`format_moment`, on the changelist, the change page and in the inline.
 
-    It rewrites the names that ``get_list_display``, ``get_fieldsets`` and
-    ``get_readonly_fields`` return; an override of one of those in a subclass calls
-    ``super()`` (the admin then finds the same :class:`MomentColumn` in each).
+    It rewrites the names that ``get_list_display`` (and its links and sortable columns),
+    ``get_fieldsets`` and ``get_readonly_fields`` return; an override of one of those in a
+    subclass calls ``super()`` (the admin then finds the same :class:`MomentColumn` in each).
     """
 
     model: type[models.Model]
@@ -105,6 +105,13 @@ class MomentFieldsMixin:
 
     def get_list_display(self, request: HttpRequest) -> Any:
         return self.moment_columns(super().get_list_display(request))  # type: ignore[misc]
+
+    def get_list_display_links(self, request: HttpRequest, list_display: Any) -> Any:
+        links = super().get_list_display_links(request, list_display)  # type: ignore[misc]
+        return None if links is None else self.moment_columns(links)
+
+    def get_sortable_by(self, request: HttpRequest) -> Any:
+        return self.moment_columns(super().get_sortable_by(request))  # type: ignore[misc]
 
     def get_fieldsets(self, request: HttpRequest, obj: Any = None) -> Any:
         fieldsets = super().get_fieldsets(request, obj)  # type: ignore[misc]

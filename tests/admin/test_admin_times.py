@@ -89,7 +89,8 @@ def test_no_admin_page_of_bsft_saga_shows_a_moment_in_djangos_format() -> None:
         listed = list(model_admin.get_list_display(request))
         shown = _shown(model_admin.get_fieldsets(request, obj))
         assert not _plain_moments(model, listed + shown), model
-        for inline in model_admin.get_inline_instances(request, obj):
+        for inline_class in model_admin.inlines:  # every inline, shown or not on this page
+            inline = inline_class(model, admin.site)
             inline_shown = _shown(inline.get_fieldsets(request, obj))
             assert not _plain_moments(inline.model, inline_shown), inline
             columns += sum(isinstance(name, MomentColumn) for name in inline_shown)
@@ -169,3 +170,19 @@ def test_the_reschedule_page_shows_the_due_time_and_its_message_the_new_one(
     assert "is due at <time" in form.content.decode()
     assert "2026-12-02 14:20:05 CET</time>" in form.content.decode()
     assert "Timer &#x27;remind&#x27; is due at 2026-12-24 18:00:00 CET." in moved.content.decode()
+
+
+def test_a_moment_column_still_sorts_by_its_field() -> None:
+    saga = make_saga("sorted")
+    later, sooner = (
+        make_timeout(saga, name, due_at=MOMENT + delta)
+        for name, delta in (("later", timedelta(hours=1)), ("sooner", timedelta(0)))
+    )
+    client = staff_client("root", superuser=True)
+    column = client.get(admin_url("sagatimeout", "changelist")).context["cl"].list_display
+    due = [str(name) for name in column].index("due_at")
+
+    for order, expected in ((f"{due}", [sooner, later]), (f"-{due}", [later, sooner])):
+        listed = client.get(admin_url("sagatimeout", "changelist") + f"?o={order}")
+        assert list(listed.context["cl"].result_list) == expected
+    assert 'class="sortable column-due_at' in listed.content.decode()
