@@ -40,6 +40,7 @@ from bsft_saga.admin.operations import (
     TimerLeversAction,
     message_refusals,
 )
+from bsft_saga.admin.picture import instance_picture
 from bsft_saga.admin.queries import ContentLookupGuardMixin
 from bsft_saga.admin.times import MomentFieldsMixin
 from bsft_saga.audit import READ_CONTENT, get_audit_recorder, record_action
@@ -269,7 +270,7 @@ class SagaInstanceAdmin(JournalHistoryMixin, TerminateSagasAction, ReadOnlyAdmin
     search_fields = ("saga_type", "correlation_key")
     date_hierarchy = "updated_at"
     ordering = ("-updated_at",)
-    fields = (*SagaInstance.PROGRESS_FIELDS, "terminated_reason", "timeline", "timers")
+    fields = (*SagaInstance.PROGRESS_FIELDS, "terminated_reason", "picture", "timeline", "timers")
     content_fields = ("state_json",)
     inlines = (SagaTimeoutInline, SagaKeptEventInline)
     actions = ("terminate_sagas",)
@@ -310,6 +311,11 @@ class SagaInstanceAdmin(JournalHistoryMixin, TerminateSagasAction, ReadOnlyAdmin
 
     def audited_saga(self, obj: SagaInstance) -> SagaInstance:
         return obj
+
+    @admin.display(description=_("flow"))
+    def picture(self, obj: SagaInstance) -> SafeString | str:
+        """The flow's steps as an inline SVG, marked with where this instance is."""
+        return instance_picture(obj)
 
     def get_inlines(self, request: HttpRequest, obj: Any) -> Any:
         # Kept events are rare and short-lived: their inline only where there are some.

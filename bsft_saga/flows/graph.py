@@ -1,4 +1,4 @@
-"""Render flow definitions as diagrams: Mermaid ``stateDiagram-v2`` or Graphviz dot.
+"""Render flow definitions as diagrams: Mermaid ``stateDiagram-v2``, Graphviz dot, or SVG.
 
 Used by ``manage.py saga_graph``. A diagram shows what the builder declared: each step is a
 state (described by its awaited events and its bodies), each transition is labelled with
@@ -9,13 +9,13 @@ so they are not visible statically and do not appear.
 Each flow is drawn inside a box titled with its ``saga_type`` (a composite state in Mermaid,
 a cluster in dot), so several flows concatenate into one valid document. A flow drawn with
 its earlier versions (``previous_versions``), or whose version is not 1, has one box per
-version, titled ``"<saga_type> v<version>"``.
+version, titled ``"<saga_type> v<version>"``. SVG is drawn by :mod:`bsft_saga.flows.picture`,
+each flow a column of boxes, side by side.
 """
 
 from __future__ import annotations
 
 import re
-from collections import Counter
 from collections.abc import Sequence
 from datetime import timedelta
 from typing import Any
@@ -27,10 +27,12 @@ from bsft_saga.flows.definition import (
     StepDefinition,
     Trigger,
 )
+from bsft_saga.flows.describe import duration, titled
+from bsft_saga.flows.picture import flows_svg
 
 __all__ = ["FORMATS", "render", "render_dot", "render_mermaid"]
 
-FORMATS = ("mermaid", "dot")
+FORMATS = ("mermaid", "dot", "svg")
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9_.\-]+")
 
@@ -46,10 +48,11 @@ def render_dot(definition: FlowDefinition) -> str:
 
 
 def render(definitions: Sequence[FlowDefinition], fmt: str) -> str:
-    """Several flows, or versions of one, as one document in ``fmt`` (``"mermaid"``, ``"dot"``)."""
+    """Several flows, or versions of one, as one document in ``fmt`` (``"mermaid"``,
+    ``"dot"``, ``"svg"``)."""
     if fmt == "mermaid":
         lines = ["stateDiagram-v2"]
-        for number, (definition, title) in enumerate(_titled(definitions), start=1):
+        for number, (definition, title) in enumerate(titled(definitions), start=1):
             lines += _mermaid_flow(definition, f"saga{number}", title)
         return "\n".join(lines)
     if fmt == "dot":
@@ -61,26 +64,16 @@ def render(definitions: Sequence[FlowDefinition], fmt: str) -> str:
             '    node [shape=box, style=rounded, fontname="Helvetica"];',
             '    edge [fontname="Helvetica"];',
         ]
-        for number, (definition, title) in enumerate(_titled(definitions), start=1):
+        for number, (definition, title) in enumerate(titled(definitions), start=1):
             lines += _dot_flow(definition, f"saga{number}", title)
         lines.append("}")
         return "\n".join(lines)
+    if fmt == "svg":
+        return flows_svg(definitions)
     raise ValueError(f"unknown format {fmt!r}; expected one of {', '.join(FORMATS)}")
 
 
 # -- shared descriptions ------------------------------------------------------------------------
-
-
-def _titled(definitions: Sequence[FlowDefinition]) -> list[tuple[FlowDefinition, str]]:
-    """Each flow with its box title: the saga type, and the version where it tells them apart."""
-    drawn = Counter(d.saga_type for d in definitions)
-
-    def title(d: FlowDefinition) -> str:
-        if drawn[d.saga_type] == 1 and d.version == 1:
-            return d.saga_type
-        return f"{d.saga_type} v{d.version}"
-
-    return [(d, title(d)) for d in definitions]
 
 
 def _name(func: Any) -> str:
@@ -120,21 +113,8 @@ def _deadline_text(definition: FlowDefinition) -> str | None:
     if definition.deadline is None:
         return None
     budget = definition.deadline.budget
-    shown = _duration(budget) if isinstance(budget, timedelta) else f"{_name(budget)}(event)"
+    shown = duration(budget) if isinstance(budget, timedelta) else f"{_name(budget)}(event)"
     return f"deadline start + {shown}, on expiry {_name(definition.deadline.on_expired)}"
-
-
-def _duration(value: timedelta) -> str:
-    """``timedelta(days=1, hours=2)`` -> ``"1d 2h"``."""
-    seconds = value.total_seconds()
-    parts = []
-    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
-        count, seconds = divmod(seconds, size)
-        if count:
-            parts.append(f"{int(count)}{unit}")
-    if seconds or not parts:
-        parts.append(f"{seconds:g}s")
-    return " ".join(parts)
 
 
 # -- Mermaid ------------------------------------------------------------------------------------

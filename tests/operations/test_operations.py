@@ -365,7 +365,8 @@ def test_docs_shell_examples_use_real_commands_and_options() -> None:
     ]
     assert len(lines) >= 6
     for line in lines:
-        argv = shlex.split(line.split("|")[0].removeprefix("$ python manage.py "))
+        # The command's own arguments: up to a pipe or a redirection of its output.
+        argv = shlex.split(re.split(r"[|>]", line)[0].removeprefix("$ python manage.py "))
         command = load_command_class(commands[argv[0]], argv[0])
         parser = command.create_parser("manage.py", argv[0])
         parser.parse_args(argv[1:])  # raises CommandError on an unknown option

@@ -1,4 +1,4 @@
-"""``manage.py saga_graph``: draw registered flows as Mermaid or Graphviz diagrams."""
+"""``manage.py saga_graph``: draw registered flows as Mermaid, Graphviz or SVG diagrams."""
 
 from __future__ import annotations
 
@@ -15,8 +15,10 @@ class Command(BaseCommand):
         "Print the registered saga flows as a diagram: steps as states, transitions labelled "
         "with the awaited event classes, a final state for complete() flows and the "
         "with_deadline budget as a note; a flow with previous_versions is drawn once per "
-        "version. Mermaid stateDiagram-v2 (default) or Graphviz dot, "
-        "e.g. `manage.py saga_graph --format dot | dot -Tsvg > sagas.svg`."
+        "version. Mermaid stateDiagram-v2 (default), Graphviz dot "
+        "(`manage.py saga_graph --format dot | dot -Tsvg > sagas.svg`) or an SVG drawn "
+        "without Graphviz (`--format svg > sagas.svg`), the picture of the admin's "
+        "instance page."
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
