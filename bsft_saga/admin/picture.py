@@ -16,7 +16,7 @@ from bsft_saga.db.datetimes import readable_rows
 from bsft_saga.exceptions import UnknownFlowVersion
 from bsft_saga.flows.picture import PendingTimer, flow_svg
 from bsft_saga.flows.registry import flow_registry
-from bsft_saga.models import SagaInstance, TimeoutOutcome
+from bsft_saga.models import JournalKind, SagaInstance, TimeoutOutcome
 from bsft_saga.timeouts.requests import DEADLINE_TIMER_NAME
 
 __all__ = ["instance_picture"]
@@ -26,7 +26,8 @@ def instance_picture(instance: SagaInstance) -> SafeString | str:
     """The instance's flow as an inline ``<svg>``; a sentence instead when no installed
     flow declares its saga type and version (its flow was removed, or a deploy rolled back).
 
-    Two queries: the pending timers, and whether the deadline timer fired.
+    Two or three queries: the pending timers, and whether the deadline expired (its journal
+    entry, else its fired timer).
     """
     try:
         definition = flow_registry.definition_for(instance.saga_type, instance.flow_version)
@@ -46,9 +47,12 @@ def instance_picture(instance: SagaInstance) -> SafeString | str:
         PendingTimer(name=t.name, step_index=t.scheduled_step_index, due_at=t.due_at)
         for t in pending
     ]
-    expired = instance.timeouts.filter(
-        name=DEADLINE_TIMER_NAME, outcome=TimeoutOutcome.FIRED
-    ).exists()
+    # The journal says so for as long as the instance is kept; an instance older than its
+    # journal, by its fired deadline timer (which retention may have purged since).
+    expired = (
+        instance.journal.filter(kind=JournalKind.EXPIRED).exists()
+        or instance.timeouts.filter(name=DEADLINE_TIMER_NAME, outcome=TimeoutOutcome.FIRED).exists()
+    )
     svg = flow_svg(
         definition,
         step_index=instance.step_index,
