@@ -38,6 +38,9 @@ DEFAULTS: dict[str, Any] = {
         # How long a dispatcher owns the rows it claimed; a dispatcher that dies holding
         # them is taken over once this has passed. Keep it well above a batch's duration.
         "CLAIM_LEASE": timedelta(minutes=5),
+        # How long a dispatcher may go without a pass (and rows may stay late) before the
+        # status calls it stale; None: three POLL_INTERVALs, and at least a minute.
+        "STALE_AFTER": None,
     },
     "ENGINE": {
         # Times one event is re-applied after losing an optimistic-concurrency race (with
@@ -92,6 +95,11 @@ def _as_timedelta(value: Any) -> timedelta | None:
     return None
 
 
+def _positive_duration(value: Any) -> bool:
+    delta = _as_timedelta(value)
+    return delta is not None and delta > timedelta(0)
+
+
 def _positive_int(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and value > 0
 
@@ -144,6 +152,15 @@ def validate(raw: Any) -> list[ConfigProblem]:
                     f"TIMEOUTS.{key}", "must be a positive number of seconds or a timedelta"
                 )
             )
+    stale_after = timeouts["STALE_AFTER"]
+    if stale_after is not None and not _positive_duration(stale_after):
+        problems.append(
+            ConfigProblem(
+                "TIMEOUTS.STALE_AFTER",
+                "must be None (three POLL_INTERVALs, at least a minute) or a positive number "
+                "of seconds or a timedelta",
+            )
+        )
     for key in ("BATCH_SIZE", "MAX_DISPATCH_ATTEMPTS"):
         if not _positive_int(timeouts[key]):
             problems.append(ConfigProblem(f"TIMEOUTS.{key}", "must be a positive integer"))
@@ -213,6 +230,8 @@ class TimeoutSettings:
     retry_backoff: timedelta
     max_retry_delay: timedelta
     claim_lease: timedelta
+    #: ``STALE_AFTER``, resolved: a dispatcher whose last pass is older is stale.
+    stale_after: timedelta
 
 
 @dataclass(frozen=True)
@@ -272,6 +291,7 @@ class _Snapshot:
                 retry_backoff=_validated_timedelta(timeouts["RETRY_BACKOFF"]),
                 max_retry_delay=_validated_timedelta(timeouts["MAX_RETRY_DELAY"]),
                 claim_lease=_validated_timedelta(timeouts["CLAIM_LEASE"]),
+                stale_after=_stale_after(timeouts),
             ),
             max_conflict_retries=engine["MAX_CONFLICT_RETRIES"],
             step_limits=StepLimits(
@@ -283,6 +303,18 @@ class _Snapshot:
             retention=RetentionSettings.of(_section(raw, "RETENTION")),
             max_payload_bytes=raw.get("MAX_PAYLOAD_BYTES", DEFAULTS["MAX_PAYLOAD_BYTES"]),
         )
+
+
+def _stale_after(timeouts: Mapping[str, Any]) -> timedelta:
+    """``STALE_AFTER``, or by default three ``POLL_INTERVAL`` s and at least a minute: an idle
+    dispatcher reports once per ``POLL_INTERVAL``, a busy one at each pass."""
+    if timeouts["STALE_AFTER"] is not None:
+        return _validated_timedelta(timeouts["STALE_AFTER"])
+    return max(3 * _validated_timedelta(timeouts["POLL_INTERVAL"]), STALE_AFTER_AT_LEAST)
+
+
+#: The least default ``STALE_AFTER`` (an explicit value may be shorter).
+STALE_AFTER_AT_LEAST = timedelta(minutes=1)
 
 
 def _validated_timedelta(value: Any) -> timedelta:

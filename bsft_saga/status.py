@@ -5,20 +5,24 @@ observable gauges of :mod:`bsft_saga.telemetry` all read them from here. Every q
 count or a ``MIN`` over a partial index of the rows that are still in play (pending timers,
 undelivered and dead-lettered rows, active instances), so the numbers stay cheap however
 many retired timers, delivered outbox rows and completed instances the tables keep; the
-plans are shown in docs/operations.md and pinned by tests/operations/test_status.py.
+plans are shown in docs/operations.md and pinned by tests/operations/test_status.py. The
+dispatchers' heartbeats (:mod:`bsft_saga.dispatchers`) are one more query, of a small table.
 """
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
-from datetime import datetime
+from dataclasses import dataclass, fields
+from datetime import datetime, timedelta
 from typing import Any
 
 from django.db import connection
 from django.db.models import Count, Min
 
 from bsft_saga import clock
+from bsft_saga.conf import STALE_AFTER_AT_LEAST
 from bsft_saga.db.datetimes import readable_q
+from bsft_saga.dispatchers import DispatcherStatus, listed_dispatchers, stale_after
+from bsft_saga.dispatchers import idle_warning as idle_warning_of
 from bsft_saga.models import SagaInstance, SagaKeptEvent, SagaOutboxMessage, SagaTimeout
 from bsft_saga.querysets import SagaTimeoutQuerySet, outbox_due_at
 
@@ -46,6 +50,17 @@ class SagaStatus:
       POLL_INTERVAL or two; a growing lag means nothing drains.
     - ``events_kept``: events kept for a later step of their saga (``keep_early=True``),
       not applied yet.
+    - ``idle_seconds``: now minus the newest ``last_pass_at`` of the dispatchers that report
+      in (``drain_saga_timeouts --loop``, Celery workers running the drain); ``None`` when
+      none does.
+    - ``stale_after_seconds``: ``TIMEOUTS["STALE_AFTER"]``: a dispatcher, or the lag, past
+      it is a warning.
+    - ``dispatchers``: the dispatchers that passed last, newest first
+      (:class:`~bsft_saga.dispatchers.DispatcherStatus`, at most
+      :data:`~bsft_saga.dispatchers.LISTED`).
+
+    ``as_dict()`` adds ``idle_warning`` ("no dispatcher has passed in N s" past
+    ``stale_after_seconds``, "no dispatcher has reported" when none has; else ``None``).
     """
 
     active_instances: int
@@ -58,10 +73,32 @@ class SagaStatus:
     outbox_dead_lettered: int
     lag_seconds: float
     events_kept: int = 0
+    idle_seconds: float | None = None
+    stale_after_seconds: float = STALE_AFTER_AT_LEAST.total_seconds()
+    dispatchers: tuple[DispatcherStatus, ...] = ()
 
-    def as_dict(self) -> dict[str, int | float]:
+    def as_dict(self) -> dict[str, Any]:
         """The JSON document of ``saga_status --format json`` and ``GET status/``."""
-        return asdict(self)
+        document: dict[str, Any] = {
+            field.name: getattr(self, field.name)
+            for field in fields(self)
+            if field.name != "dispatchers"
+        }
+        document["idle_warning"] = self.idle_warning
+        document["dispatchers"] = [dispatcher.as_dict() for dispatcher in self.dispatchers]
+        return document
+
+    @property
+    def idle_warning(self) -> str | None:
+        """What to warn of when no dispatcher has passed within ``stale_after_seconds``:
+        "no dispatcher has passed in N s" ("no dispatcher has reported" when none reports);
+        ``None`` while one has."""
+        return idle_warning_of(self.idle_seconds, timedelta(seconds=self.stale_after_seconds))
+
+    @property
+    def lagging(self) -> bool:
+        """Whether the lag is greater than ``stale_after_seconds``: rows wait for a drain."""
+        return self.lag_seconds > self.stale_after_seconds
 
     @property
     def dead_letters(self) -> int:
@@ -73,10 +110,12 @@ def saga_status(*, now: datetime | None = None) -> SagaStatus:
     """Count what is active, waiting, late and given up, at ``now`` (default: the clock).
 
     Ten numbers from eight small queries, each a count or a ``MIN`` over a partial
-    index. The queries do not run in one snapshot: under load the numbers may disagree by
-    the rows that moved between two of them.
+    index, and the dispatchers from a ninth. The queries do not run in one snapshot: under
+    load the numbers may disagree by the rows that moved between two of them.
     """
     moment = now or clock.now()
+    threshold = stale_after()
+    reporting = listed_dispatchers(now=moment, threshold=threshold)
     due = _due_timers(moment).aggregate(count=Count("id"), oldest=Min("due_at"))
     outbox = _due_outbox(moment)
     # Pending minus due: the delayed messages still waiting, counted without reading them
@@ -93,6 +132,9 @@ def saga_status(*, now: datetime | None = None) -> SagaStatus:
         outbox_dead_lettered=SagaOutboxMessage.objects.dead_lettered().count(),
         lag_seconds=_lag(moment, due["oldest"], outbox["oldest"]),
         events_kept=SagaKeptEvent.objects.count(),
+        idle_seconds=reporting[0].idle_seconds if reporting else None,
+        stale_after_seconds=threshold.total_seconds(),
+        dispatchers=reporting,
     )
 
 

@@ -12,6 +12,7 @@ from dataclasses import asdict
 from typing import Any
 
 from celery import current_app, shared_task
+from celery.signals import worker_process_shutdown, worker_shutdown
 from django.core.checks import CheckMessage, Tags, register
 from django.core.checks import Warning as CheckWarning
 
@@ -42,30 +43,36 @@ def drain_saga_timeouts() -> dict[str, int]:
     A pass that loses its database connection (a failover) does not end the run: the
     connection is replaced and the next pass first gives back what the lost one had
     claimed, so those timers fire in this run once the database answers again.
+
+    The worker process (each prefork pool child on its own) reports as a ``celery``
+    dispatcher: its heartbeat shows in ``saga_status``.
     """
     from django.db import DatabaseError, close_old_connections
 
+    from bsft_saga.delivery.heartbeat import reporting
     from bsft_saga.draining import drain_pass
+    from bsft_saga.models import DispatcherKind
     from bsft_saga.outbox import DeliveryReport
     from bsft_saga.timeouts.dispatcher import DrainReport
 
     budget = saga_settings.timeouts.poll_interval.total_seconds()
     started = time.monotonic()
     total, deliveries = DrainReport(), DeliveryReport()
-    while True:
-        try:
-            report = drain_pass()
-        except DatabaseError:
-            logger.exception("bsft_saga drain: a pass lost its database connection")
-            close_old_connections()
-            if time.monotonic() - started + RECONNECT_PAUSE >= budget:
+    with reporting(DispatcherKind.CELERY):
+        while True:
+            try:
+                report = drain_pass()
+            except DatabaseError:
+                logger.exception("bsft_saga drain: a pass lost its database connection")
+                close_old_connections()
+                if time.monotonic() - started + RECONNECT_PAUSE >= budget:
+                    break
+                time.sleep(RECONNECT_PAUSE)
+                continue
+            total += report.timers
+            deliveries += report.outbox
+            if not report.found_work or time.monotonic() - started >= budget:
                 break
-            time.sleep(RECONNECT_PAUSE)
-            continue
-        total += report.timers
-        deliveries += report.outbox
-        if not report.found_work or time.monotonic() - started >= budget:
-            break
     if total.settled or total.failed:
         logger.info("bsft_saga drain: %s delivered=%d", total, deliveries.delivered)
     return {**asdict(total), "delivered": deliveries.delivered}
@@ -91,9 +98,21 @@ def _enqueue_delivery(sender: Any, *, message_id: uuid.UUID, **kwargs: Any) -> N
         logger.exception("bsft_saga: could not enqueue delivery of %s; the drain will", message_id)
 
 
+def _sign_off(**kwargs: Any) -> None:
+    from bsft_saga.delivery.heartbeat import signed_off
+    from bsft_saga.models import DispatcherKind
+
+    signed_off(DispatcherKind.CELERY)
+
+
 def connect_task_receivers() -> None:
-    """Hand committed deferred events to a Celery worker (called from ``ready()``)."""
+    """Hand committed deferred events to a Celery worker, and remove a worker process's
+    heartbeat when it stops cleanly (called from ``ready()``)."""
     deferred_event_committed.connect(_enqueue_delivery, dispatch_uid="bsft_saga.tasks.enqueue")
+    # A pool child that exits (a warm shutdown, max-tasks-per-child) and a solo worker that
+    # stops: a heartbeat left stale then means a process that died.
+    worker_process_shutdown.connect(_sign_off, dispatch_uid="bsft_saga.tasks.sign_off_child")
+    worker_shutdown.connect(_sign_off, dispatch_uid="bsft_saga.tasks.sign_off_worker")
 
 
 @register(Tags.compatibility)

@@ -33,6 +33,7 @@ from django.utils.translation import gettext_lazy as _
 from django.utils.translation import ngettext
 
 from bsft_saga import clock, outbox
+from bsft_saga.admin.claimers import ClaimerFieldsMixin
 from bsft_saga.admin.journal import HISTORY_TEMPLATE, JournalHistoryMixin, timeline
 from bsft_saga.admin.operations import (
     FireNowAction,
@@ -405,7 +406,7 @@ class TimerStatusFilter(DeliveryStatusFilter):
 
 
 @admin.register(SagaTimeout)
-class SagaTimeoutAdmin(FireNowAction, TimerLeversAction, ReadOnlyAdmin):
+class SagaTimeoutAdmin(ClaimerFieldsMixin, FireNowAction, TimerLeversAction, ReadOnlyAdmin):
     list_display = ("name", "saga_link", "status", "due_at", "event_type", "attempts")
     list_filter = (TimerStatusFilter, "event_type", "calendar_key", "scope", "saga__saga_type")
     list_select_related = ("saga",)
@@ -434,6 +435,8 @@ class SagaTimeoutAdmin(FireNowAction, TimerLeversAction, ReadOnlyAdmin):
         "dead_lettered_at",
         "claim_token",
         "claimed_until",
+        "claimer",
+        "claimer_heartbeat",
     )
     content_fields = ("payload_json", "last_error", "dead_letter_reason")
 
@@ -511,7 +514,7 @@ class OutboxStatusFilter(DeliveryStatusFilter):
 
 
 @admin.register(SagaOutboxMessage)
-class SagaOutboxMessageAdmin(ReadOnlyAdmin):
+class SagaOutboxMessageAdmin(ClaimerFieldsMixin, ReadOnlyAdmin):
     list_display = ("event_type", "saga_link", "status", "created_at", "deliver_at", "attempts")
     list_filter = (OutboxStatusFilter, "event_type")
     list_select_related = ("saga",)
@@ -533,6 +536,8 @@ class SagaOutboxMessageAdmin(ReadOnlyAdmin):
         "next_attempt_at",
         "dead_lettered_at",
         "claimed_until",
+        "claimer",
+        "claimer_heartbeat",
     )
     content_fields = ("payload_json", "last_error")
     actions = ("requeue_dead_lettered",)

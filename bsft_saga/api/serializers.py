@@ -15,8 +15,10 @@ from rest_framework import serializers
 
 from bsft_saga import clock
 from bsft_saga.db.datetimes import readable_rows, unreadable_fields
+from bsft_saga.dispatchers import LISTED
 from bsft_saga.history import ENTRY_FIELDS
 from bsft_saga.models import (
+    DispatcherKind,
     SagaInstance,
     SagaJournalEntry,
     SagaKeptEvent,
@@ -170,6 +172,21 @@ class SagaInstanceDetailSerializer(SagaInstanceSerializer):
         return instance.timeouts.count()
 
 
+class SagaDispatcherStatusSerializer(serializers.Serializer[dict[str, object]]):
+    """One entry of ``dispatchers`` in ``GET status/``: a process that runs passes."""
+
+    id = serializers.UUIDField(help_text="Its identity; claimed rows name it in claimed_by.")
+    kind = serializers.ChoiceField(choices=DispatcherKind.choices)
+    host = serializers.CharField()
+    pid = serializers.IntegerField()
+    started_at = serializers.DateTimeField()
+    last_pass_at = serializers.DateTimeField()
+    delivered = serializers.IntegerField(help_text="Rows its passes delivered since it started.")
+    claims = serializers.IntegerField(help_text="Rows its pass in progress holds.")
+    idle_seconds = serializers.FloatField(help_text="Now minus last_pass_at.")
+    stale = serializers.BooleanField(help_text="Whether idle_seconds is above stale_after_seconds.")
+
+
 class SagaStatusSerializer(serializers.Serializer[dict[str, object]]):
     """``GET status/``: the document of ``manage.py saga_status --format json``."""
 
@@ -195,4 +212,20 @@ class SagaStatusSerializer(serializers.Serializer[dict[str, object]]):
     )
     events_kept = serializers.IntegerField(
         help_text="Events kept for a later step of their saga (keep_early), not applied yet."
+    )
+    idle_seconds = serializers.FloatField(
+        allow_null=True,
+        help_text="Now minus the newest last_pass_at of the dispatchers that report in; null "
+        "when none does.",
+    )
+    stale_after_seconds = serializers.FloatField(
+        help_text="TIMEOUTS['STALE_AFTER']: a dispatcher whose last pass is older is stale."
+    )
+    idle_warning = serializers.CharField(
+        allow_null=True,
+        help_text="'no dispatcher has passed in N s' when none has within stale_after_seconds "
+        "('no dispatcher has reported' when none reports); null while one has.",
+    )
+    dispatchers = SagaDispatcherStatusSerializer(
+        many=True, help_text=f"The dispatchers that passed last, newest first (at most {LISTED})."
     )

@@ -17,6 +17,7 @@ from bsft_saga.conf import saga_settings
 from bsft_saga.db import sql
 from bsft_saga.delivery.channel import Channel, R
 from bsft_saga.delivery.failures import CONNECTION_LOST, failure_reason
+from bsft_saga.delivery.heartbeat import Beat
 from bsft_saga.models import DeliveryRow
 from bsft_saga.querysets import DeliveryQuerySet
 
@@ -53,6 +54,7 @@ def claim(
     lease: timedelta,
     max_attempts: int | None = None,
     only: Iterable[Any] | None = None,
+    beat: Beat | None = None,
 ) -> Claimed[R]:
     """Claim up to ``limit`` of the channel's claimable rows (``only``: among these pks).
 
@@ -67,6 +69,10 @@ def claim(
     may be what killed that pass: claiming it again counts an attempt (``ClaimAbandoned``),
     it is claimed **alone**, so it cannot take a batch down with it twice, and at
     ``max_attempts`` (default ``MAX_DISPATCH_ATTEMPTS``) it is dead-lettered instead.
+
+    ``beat``: the pass's heartbeat. The claimed rows name its dispatcher in ``claimed_by``
+    (``None`` when nobody reports), and it reports in the claim's transaction
+    (:mod:`~bsft_saga.delivery.heartbeat`).
     """
     if max_attempts is None:
         max_attempts = saga_settings.timeouts.max_dispatch_attempts
@@ -74,7 +80,12 @@ def claim(
     if only is not None:
         candidates = candidates.filter(pk__in=list(only))
     until = now + lease
-    fields: dict[str, Any] = {"claim_token": token, "claimed_until": until}
+    beat = beat or Beat()
+    fields: dict[str, Any] = {
+        "claim_token": token,
+        "claimed_until": until,
+        "claimed_by": beat.claimer,
+    }
     every_row = channel.all_rows()
     if connection.features.has_select_for_update_skip_locked:
         with transaction.atomic():
@@ -92,6 +103,7 @@ def claim(
                 every_row.filter(pk__in=_pks(rows)).update(**fields, **counted)
             elif rows:
                 sql.update_each(channel.model, fields, {}, _pks(rows))
+            beat.claimed(len(rows))
     else:
         # Read which rows are ready outside the transaction (one that reads first and
         # writes later can be refused SQLite's write lock), then write with the
@@ -109,8 +121,9 @@ def claim(
                 rows, also, known = _readable(channel, held)
                 _give_up_unreadable(channel, channel.held(token), also, now)
                 unreadable += also
+            beat.claimed(len(rows))
     for row in rows:
-        row.claim_token, row.claimed_until = token, until
+        row.claim_token, row.claimed_until, row.claimed_by = token, until, beat.claimer
     for row in given_up:  # committed: counted like the rows a delivery dead-letters
         telemetry.count(channel.dead_lettered_counter, channel.saga_type(row))
     if unreadable:

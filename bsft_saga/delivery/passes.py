@@ -32,7 +32,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import time
 import uuid
 from collections import Counter, deque
 from collections.abc import Iterable
@@ -43,7 +42,7 @@ from django.db import connection, transaction
 
 from bsft_saga import clock, telemetry
 from bsft_saga.conf import TimeoutSettings, saga_settings
-from bsft_saga.delivery import recovery
+from bsft_saga.delivery import heartbeat, recovery
 from bsft_saga.delivery.channel import Channel, R
 from bsft_saga.delivery.claim import claim
 from bsft_saga.delivery.commit import CommitGroup, Unit
@@ -65,14 +64,6 @@ logger = logging.getLogger("bsft_saga.delivery")
 COMMIT_INTERVAL = 0.1
 
 
-def _stopwatch() -> float:
-    # Real elapsed time, also under freezegun (which replaces time.monotonic): the interval
-    # bounds how long real work stays uncommitted, whatever a test does to the clock.
-    if hasattr(time, "clock_gettime"):
-        return time.clock_gettime(time.CLOCK_MONOTONIC)
-    return time.monotonic()
-
-
 def run_pass(
     channel: Channel[R],
     *,
@@ -87,10 +78,27 @@ def run_pass(
     failing row never stops the pass. ``KeyboardInterrupt``/``SystemExit`` and a database
     that stays unreachable escape; the rows still claimed are given back (see
     :mod:`~bsft_saga.delivery.recovery`).
+
+    Inside :func:`~bsft_saga.delivery.heartbeat.reporting` the pass writes its process's
+    heartbeat and its claims name the process.
     """
-    config = saga_settings.timeouts
-    moment = now or clock.now()
     wanted = None if only is None else list(only)
+    with heartbeat.Beat.of_this_process() as beat:
+        moment = now or clock.now()
+        report = _claim_and_deliver(channel, beat, limit=limit, moment=moment, wanted=wanted)
+        beat.delivered = report.delivered
+    return report
+
+
+def _claim_and_deliver(
+    channel: Channel[R],
+    beat: heartbeat.Beat,
+    *,
+    limit: int,
+    moment: datetime,
+    wanted: list[Any] | None,
+) -> DeliveryReport:
+    config = saga_settings.timeouts
     recovered = recovery.give_back(channel) if recovery.waiting(channel) else recovery.GivenBack()
     token = uuid.uuid4()
     with recovery.guarding(channel, token) as guard:
@@ -102,6 +110,7 @@ def run_pass(
             lease=config.claim_lease,
             max_attempts=config.max_dispatch_attempts,
             only=wanted,
+            beat=beat,
         )
         given_up = len(claimed.dead_lettered) + claimed.unreadable
         skipped = len(wanted) - len(claimed.rows) - given_up if wanted is not None else 0
@@ -188,7 +197,7 @@ class _Pass(Generic[R]):
         #: What the claim read of the rows' sagas (``deliver_claimed``), until it expires or
         #: the pass commits to the saga.
         self.known: dict[Any, Any] = {}
-        self.known_until = _stopwatch() + COMMIT_INTERVAL
+        self.known_until = clock.stopwatch() + COMMIT_INTERVAL
         self.committed_sagas: set[Any] = set()
         self.outcomes: Counter[Outcome] = Counter()
         self.counted: Counter[tuple[str, str]] = Counter()
@@ -268,7 +277,7 @@ class _Pass(Generic[R]):
     def _known(self, row: R) -> Any:
         """What the claim read of ``row``'s saga, if it still holds (taken once)."""
         known = self.known.pop(row.pk, None)
-        if known is None or _stopwatch() >= self.known_until:
+        if known is None or clock.stopwatch() >= self.known_until:
             return None
         if self.channel.saga_of(row) in self.committed_sagas:
             return None
@@ -276,14 +285,14 @@ class _Pass(Generic[R]):
 
     def _interval_over(self) -> bool:
         started = self.group_started
-        return started is not None and _stopwatch() - started >= COMMIT_INTERVAL
+        return started is not None and clock.stopwatch() - started >= COMMIT_INTERVAL
 
     def _deliver(self, row: R) -> None:
         """Run ``row``'s receivers; keep its writes for the group, or record its failure."""
         channel = self.channel
         unit: Unit[R] = Unit(row)
         if self.group_started is None:
-            self.group_started = _stopwatch()
+            self.group_started = clock.stopwatch()
         # Charged if the connection goes while it runs; left set when that escapes.
         self.guard.in_flight = row
         try:

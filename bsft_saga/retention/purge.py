@@ -24,6 +24,7 @@ from bsft_saga.retention.batches import (
     delete_instances,
     id_page_size,
 )
+from bsft_saga.retention.dispatchers import prune_dispatchers
 from bsft_saga.retention.policy import FROM_SETTINGS, AuditWindow, RetentionPolicy
 
 
@@ -32,11 +33,14 @@ class PurgeReport(DeletedRows):
     """Rows a purge deleted (with ``dry_run``: would delete), per table."""
 
     audit: int = 0
+    #: Heartbeats of dispatchers long gone (:mod:`bsft_saga.retention.dispatchers`).
+    dispatchers: int = 0
 
     def __str__(self) -> str:
         return (
             f"instances={self.instances} inbox={self.inbox} journal={self.journal} "
-            f"timeouts={self.timeouts} outbox={self.outbox} audit={self.audit}"
+            f"timeouts={self.timeouts} outbox={self.outbox} audit={self.audit} "
+            f"dispatchers={self.dispatchers}"
         )
 
 
@@ -55,10 +59,12 @@ def purge_saga_data(
     their inbox rows, timers and outbox rows; retired timers of any instance whose
     ``dispatched_at`` is older; outbox rows delivered, or dead-lettered, before the window,
     whatever instance they belong to; ``SagaAuditRecord`` rows older than
-    ``audit_older_than``. Never deleted: active instances and their inbox rows, pending
-    timers, undelivered outbox rows (a finished instance that still has one waits for the
-    next purge), and with ``keep_dead_lettered`` every dead letter, the completed instance
-    it belongs to and that instance's inbox rows.
+    ``audit_older_than``; the heartbeats of dispatchers that have not passed for a day
+    (:mod:`~bsft_saga.retention.dispatchers`, measured from the clock). Never deleted:
+    active instances and their inbox rows, pending timers, undelivered outbox rows (a
+    finished instance that still has one waits for the next purge), and with
+    ``keep_dead_lettered`` every dead letter, the completed instance it belongs to and that
+    instance's inbox rows.
 
     Omitted arguments take their ``BSFT_SAGA["RETENTION"]`` value; ``audit_older_than=None``
     keeps every audit record. At most ``batch_size`` rows go per statement, each statement
@@ -94,7 +100,8 @@ def apply_policy(
             batch_size=batch_size,
         )
     audit = delete_in_batches(selection.expired_audit_records(policy), batch_size)
-    return PurgeReport(**asdict(rows), audit=audit)
+    dispatchers = prune_dispatchers(batch_size=batch_size)
+    return PurgeReport(**asdict(rows), audit=audit, dispatchers=dispatchers)
 
 
 def purge_timeouts(
@@ -143,6 +150,7 @@ def _count(policy: RetentionPolicy) -> PurgeReport:
             (of_instances & ~selection.UNDELIVERED) | settled
         ).count(),
         audit=selection.expired_audit_records(policy).count(),
+        dispatchers=prune_dispatchers(dry_run=True),
     )
 
 

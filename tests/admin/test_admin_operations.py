@@ -47,7 +47,8 @@ def test_the_app_index_shows_lag_due_timers_and_dead_letters_at_a_glance() -> No
     assert page.status_code == 200
     text = page.content.decode()
     assert "Timers at a glance" in text
-    assert re.search(r"Lag</th><td>120\.0 s</td>", text), text
+    # Above STALE_AFTER (a minute here): in the warning colour.
+    assert re.search(r'Lag</th><td class="saga-warning">120\.0 s</td>', text), text
     assert re.search(r'\?status=due">Due timers</a></th><td>1</td>', text), text
     assert re.search(r'\?status=dead_lettered">Dead-lettered timers</a></th><td>1</td>', text)
 

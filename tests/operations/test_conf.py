@@ -23,6 +23,7 @@ DOCUMENTED_DEFAULTS = {
         "RETRY_BACKOFF": 5,
         "MAX_RETRY_DELAY": 3600,
         "CLAIM_LEASE": timedelta(minutes=5),
+        "STALE_AFTER": None,
     },
     "ENGINE": {
         "MAX_CONFLICT_RETRIES": 100,
@@ -95,6 +96,21 @@ def test_durations_are_seconds_or_timedeltas(value: Any, expected: timedelta) ->
         assert saga_settings.timeouts.claim_lease == expected
 
 
+@pytest.mark.parametrize(
+    ("timeouts", "expected"),
+    [
+        ({}, timedelta(minutes=1)),  # three test POLL_INTERVALs are less than the least
+        ({"POLL_INTERVAL": 30}, timedelta(seconds=90)),
+        ({"STALE_AFTER": 20}, timedelta(seconds=20)),
+    ],
+)
+def test_a_dispatcher_is_stale_after_three_poll_intervals_and_a_minute_at_least(
+    timeouts: dict[str, Any], expected: timedelta
+) -> None:
+    with override_settings(BSFT_SAGA={"TIMEOUTS": timeouts}):
+        assert saga_settings.timeouts.stale_after == expected
+
+
 def test_an_unknown_option_is_rejected_on_access() -> None:
     with (
         override_settings(BSFT_SAGA={"TIMEOUTS": {"BATCH": 10}}),
@@ -119,6 +135,8 @@ def test_an_unknown_section_is_rejected_on_access() -> None:
         ({"TIMEOUTS": {"BATCH_SIZE": True}}, "TIMEOUTS.BATCH_SIZE"),
         ({"TIMEOUTS": {"MAX_DISPATCH_ATTEMPTS": 0}}, "TIMEOUTS.MAX_DISPATCH_ATTEMPTS"),
         ({"TIMEOUTS": {"CATCH_UP_POLICY": "fire_latest"}}, "TIMEOUTS.CATCH_UP_POLICY"),
+        ({"TIMEOUTS": {"STALE_AFTER": 0}}, "TIMEOUTS.STALE_AFTER"),
+        ({"TIMEOUTS": {"STALE_AFTER": "1m"}}, "TIMEOUTS.STALE_AFTER"),
         ({"ENGINE": {"MAX_CONFLICT_RETRIES": 0}}, "ENGINE.MAX_CONFLICT_RETRIES"),
         ({"ENGINE": {"MAX_TIMERS_PER_STEP": 0}}, "ENGINE.MAX_TIMERS_PER_STEP"),
         ({"ENGINE": {"MAX_EVENTS_PER_STEP": 1.5}}, "ENGINE.MAX_EVENTS_PER_STEP"),

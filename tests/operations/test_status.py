@@ -22,6 +22,7 @@ from freezegun import freeze_time
 from rest_framework.test import APIClient
 
 from bsft_saga.models import (
+    SagaDispatcher,
     SagaInstance,
     SagaKeptEvent,
     SagaOutboxMessage,
@@ -47,6 +48,10 @@ KEYS = [
     "outbox_dead_lettered",
     "lag_seconds",
     "events_kept",
+    "idle_seconds",
+    "stale_after_seconds",
+    "idle_warning",
+    "dispatchers",
 ]
 
 
@@ -145,7 +150,13 @@ def test_an_empty_database_has_no_lag() -> None:
     status = saga_status(now=NOW)
 
     assert status.lag_seconds == 0
-    assert status.as_dict() == dict.fromkeys(KEYS, 0)
+    assert status.as_dict() == {
+        **dict.fromkeys(KEYS[:10], 0),
+        "idle_seconds": None,
+        "stale_after_seconds": 60.0,
+        "idle_warning": "no dispatcher has reported",
+        "dispatchers": [],
+    }
 
 
 def test_the_lag_counts_an_undelivered_outbox_row_when_no_timer_is_due() -> None:
@@ -203,7 +214,7 @@ def test_status_runs_a_fixed_number_of_queries_however_many_rows(every_kind_of_r
     with CaptureQueriesContext(connection) as many:
         saga_status(now=NOW)
 
-    assert len(many) == len(few) == 8
+    assert len(many) == len(few) == 9
 
 
 # -- the command --------------------------------------------------------------------------
@@ -228,10 +239,14 @@ def test_the_command_prints_one_key_value_line_per_number_by_default(
     with freeze_time(NOW):
         lines = run().splitlines()
 
-    assert [line.split()[0] for line in lines] == KEYS
+    # Then the dispatchers (none here, which the last line says).
+    assert [line.split()[0] for line in lines[:-1]] == [k for k in KEYS if k != "idle_warning"]
     assert lines[0].split() == ["active_instances", "2"]
-    assert lines[-2].split() == ["lag_seconds", "90.000"]
-    assert lines[-1].split() == ["events_kept", "0"]
+    assert lines[8].split() == ["lag_seconds", "90.000"]
+    assert lines[9].split() == ["events_kept", "0"]
+    assert lines[-3].split() == ["stale_after_seconds", "60.000"]
+    assert lines[-2].split() == ["dispatchers", "0"]
+    assert lines[-1] == "no dispatcher has reported"
 
 
 def test_max_lag_fails_when_the_lag_is_strictly_greater(every_kind_of_row: None) -> None:
@@ -394,11 +409,12 @@ def test_every_status_query_reads_a_partial_index_beside_a_million_retired_timer
         SagaOutboxMessage._meta.db_table,
     }
     # Kept events are in play by definition (applied or discarded rows are deleted), so
-    # their table stays small and its count needs no index.
-    kept_table = SagaKeptEvent._meta.db_table
+    # their table stays small and its count needs no index; so do the dispatchers' rows,
+    # which their purge prunes.
+    small_tables = (SagaKeptEvent._meta.db_table, SagaDispatcher._meta.db_table)
     with connection.cursor() as cursor:
         for query in queries.captured_queries:
-            if kept_table in query["sql"]:
+            if any(table in query["sql"] for table in small_tables):
                 continue
             cursor.execute("EXPLAIN (FORMAT JSON) " + query["sql"])
             nodes = _plan_nodes(cursor.fetchone()[0][0]["Plan"])

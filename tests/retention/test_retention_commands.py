@@ -28,7 +28,7 @@ from tests.testapp.ops_flows import REMINDER_SAGA_TYPE, make_timeout
 
 pytestmark = pytest.mark.django_db
 
-TOTALS = "instances={} inbox={} journal={} timeouts={} outbox={} audit={}"
+TOTALS = "instances={} inbox={} journal={} timeouts={} outbox={} audit={} dispatchers=0"
 OPERATIONS = Path(__file__).resolve().parents[2] / "docs" / "operations.md"
 
 
@@ -165,6 +165,7 @@ def test_the_task_purges_with_the_retention_defaults(history: dict[str, Any]) ->
         "outbox": 1,
         "kept": 0,
         "audit": 0,
+        "dispatchers": 0,
     }
     with override_settings(BSFT_SAGA={"RETENTION": {"KEEP_DEAD_LETTERED": False}}):
         assert purge_task.apply().get()["instances"] == 1

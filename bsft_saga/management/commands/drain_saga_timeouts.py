@@ -15,8 +15,10 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from bsft_saga import outbox
 from bsft_saga.conf import saga_settings
 from bsft_saga.db.connections import refresh_idle_connections
+from bsft_saga.delivery.heartbeat import reporting
 from bsft_saga.draining import drain_pass
 from bsft_saga.management import arguments
+from bsft_saga.models import DispatcherKind
 from bsft_saga.timeouts.dispatcher import DrainReport
 
 logger = logging.getLogger(__name__)
@@ -44,7 +46,8 @@ class Command(BaseCommand):
             action="store_true",
             help="Poll forever, as a dispatcher process: after a pass that found nothing, wait "
             "BSFT_SAGA['TIMEOUTS']['POLL_INTERVAL']. SIGTERM stops it after the current "
-            "pass, Ctrl-C at once; both print the totals and exit 0.",
+            "pass, Ctrl-C at once; both print the totals and exit 0. It reports a heartbeat "
+            "(a SagaDispatcher row, listed by saga_status), removed when it stops.",
         )
         parser.add_argument(
             "--batch-size",
@@ -78,7 +81,10 @@ class Command(BaseCommand):
         self.total_outbox = outbox.DeliveryReport()
         self.stop_requested = threading.Event()
         if options["loop"]:
-            self._loop()
+            # A dispatcher process: its heartbeat shows in saga_status, and its row goes
+            # when it stops cleanly (a stale one is then a process that died).
+            with reporting(DispatcherKind.LOOP, sign_off=True):
+                self._loop()
         elif options["until_empty"]:
             self._until_empty()
         else:

@@ -23,10 +23,11 @@ class Command(BaseCommand):
     help = (
         "Delete saga data older than the retention windows, in bounded batches: completed "
         "instances with their inbox rows, timers and outbox rows; retired timers; delivered "
-        "and dead-lettered outbox rows; audit records (with an audit window). Active "
+        "and dead-lettered outbox rows; audit records (with an audit window); heartbeats of "
+        "dispatchers that have not passed for a day. Active "
         "instances and their inbox rows, pending timers and undelivered outbox rows are "
         "never deleted. Each option defaults to BSFT_SAGA['RETENTION']. The last line is "
-        "instances=N inbox=N journal=N timeouts=N outbox=N audit=N."
+        "instances=N inbox=N journal=N timeouts=N outbox=N audit=N dispatchers=N."
     )
 
     def add_arguments(self, parser: CommandParser) -> None:

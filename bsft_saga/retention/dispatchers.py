@@ -1,0 +1,48 @@
+"""The purge's part for heartbeats: ``SagaDispatcher`` rows of processes long gone.
+
+A dispatcher that stops cleanly removes its own row; one that was killed (or whose host
+went away) leaves it, stale, so that ``saga_status`` and the admin show that it died. Once
+its last pass is older than :func:`kept_for` nothing refers to it any more (its claims'
+leases ran out long ago) and the purge deletes it. A process that was only cut off that
+long and passes again writes its row anew (its ``delivered`` then counts from there).
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+
+from django.db.models import Q, QuerySet
+
+from bsft_saga import clock
+from bsft_saga.conf import saga_settings
+from bsft_saga.models import SagaDispatcher
+from bsft_saga.retention.batches import DEFAULT_BATCH_SIZE, delete_in_batches
+
+__all__ = ["KEPT_FOR", "dead_dispatchers", "kept_for", "prune_dispatchers"]
+
+#: How long the heartbeat of a process that stopped reporting is kept, at least.
+KEPT_FOR = timedelta(days=1)
+
+
+def kept_for() -> timedelta:
+    """:data:`KEPT_FOR`, or ``STALE_AFTER`` or ``CLAIM_LEASE`` if either is longer: a row is
+    pruned only once it is stale and no lease it took can still hold a row."""
+    timeouts = saga_settings.timeouts
+    return max(KEPT_FOR, timeouts.stale_after, timeouts.claim_lease)
+
+
+def dead_dispatchers(now: datetime | None = None) -> QuerySet[SagaDispatcher]:
+    """Dispatchers whose last pass (or, never having passed, whose start) is older than
+    :func:`kept_for` at ``now``."""
+    cutoff = (now or clock.now()) - kept_for()
+    return SagaDispatcher.objects.filter(
+        Q(last_pass_at__lt=cutoff) | Q(last_pass_at__isnull=True, started_at__lt=cutoff)
+    )
+
+
+def prune_dispatchers(
+    *, now: datetime | None = None, dry_run: bool = False, batch_size: int = DEFAULT_BATCH_SIZE
+) -> int:
+    """Delete :func:`dead_dispatchers` (``dry_run``: count them); return how many."""
+    rows = dead_dispatchers(now)
+    return rows.count() if dry_run else delete_in_batches(rows, batch_size)
