@@ -11,6 +11,7 @@ tests/support/celery_workers.py starts the worker (and which Redis it uses).
 from __future__ import annotations
 
 import re
+import socket
 from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
@@ -19,7 +20,13 @@ import pytest
 
 from bsft_saga import publish
 from bsft_saga.conf import saga_settings
-from bsft_saga.models import SagaInstance, SagaOutboxMessage, SagaTimeout, TimeoutOutcome
+from bsft_saga.models import (
+    SagaDispatcher,
+    SagaInstance,
+    SagaOutboxMessage,
+    SagaTimeout,
+    TimeoutOutcome,
+)
 from tests.support.celery_workers import Worker, enqueuing_to, wait_for
 from tests.testapp.delayed_events import InvoiceIssued
 from tests.testapp.delayed_flows import InvoiceFlow
@@ -111,3 +118,26 @@ def test_worker_beat_delivers_a_delayed_message_after_its_time_without_deliver_e
     assert saga.created_at >= row.deliver_at  # not one drain before its time
     assert not re.search(r"Task bsft_saga\.tasks\.deliver_event\[", worker.log())
     assert sum(result["delivered"] for result in worker.drain_results()) == 1
+
+
+@pytest.mark.timeout(180)
+@pytest.mark.parametrize("pool", ["solo", "prefork"])
+def test_the_worker_running_the_drain_reports_as_a_celery_dispatcher_until_it_stops(
+    start_worker: Callable[..., Worker], pool: str
+) -> None:
+    worker = start_worker(beat=True, pool=pool)
+
+    row = wait_for(lambda: SagaDispatcher.objects.filter(kind="celery").first(), worker)
+    assert row.host == socket.gethostname()
+    # The process that runs the task: the worker itself (solo), else its pool child.
+    assert (row.pid == worker.process.pid) is (pool == "solo")
+    first = row.last_pass_at
+    assert first is not None
+    worker.wait_for_more_drains()
+    row.refresh_from_db()
+    assert row.last_pass_at is not None
+    assert row.last_pass_at > first  # idle drains report too
+    assert SagaDispatcher.objects.count() == 1
+
+    worker.stop()  # a warm shutdown: the process signs off
+    assert not SagaDispatcher.objects.exists()
