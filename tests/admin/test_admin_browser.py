@@ -20,16 +20,26 @@ import re
 import shutil
 import tempfile
 from collections.abc import Iterator
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
+from django.test import override_settings
+from freezegun import freeze_time
 
-from bsft_saga import clock
+from bsft_saga import clock, publish
 from bsft_saga.admin.journal import JOURNAL_ENTRIES_LISTED, JOURNAL_PAGE_SIZE
 from bsft_saga.audit import READ_CONTENT
-from bsft_saga.models import SagaAuditRecord, SagaInstance, SagaOutboxMessage, SagaTimeout
+from bsft_saga.models import (
+    SagaAuditRecord,
+    SagaDispatcher,
+    SagaInstance,
+    SagaOutboxMessage,
+    SagaTimeout,
+)
+from bsft_saga.timeouts import drain_due
+from bsft_saga.timeouts.expedite import fire_now
 from tests.support.admin import (
     CONTENT,
     SECRET,
@@ -41,7 +51,8 @@ from tests.support.admin import (
 )
 from tests.support.journal_rows import advanced_by_timer, timer_canceled_by
 from tests.support.services import in_ci
-from tests.testapp.ops_flows import make_saga, make_timeout
+from tests.testapp.ops_events import QuoteSent
+from tests.testapp.ops_flows import QuoteFollowUpFlow, make_saga, make_timeout
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -324,7 +335,10 @@ def test_the_instance_page_shows_the_newest_journal_entries_as_sentences(
 
     operator.open(admin_url("sagainstance", "change", rows.saga.pk))
 
-    lines = operator.page.locator(".field-timeline ol.saga-journal li")
+    # The top of the page: where it is, its flow's picture, then its journal.
+    top = operator.page.locator("fieldset").first
+    assert top.locator(".field-picture svg").is_visible()
+    lines = top.locator(".field-timeline ol.saga-journal li")
     assert lines.count() == JOURNAL_ENTRIES_LISTED
     newest = lines.first.inner_text()
     assert "Timer canceled “escalate” by operator night-shift: at step 2." in newest
@@ -379,3 +393,62 @@ def test_every_page_writes_its_times_to_the_second_with_the_zone(
         assert times, url
         assert all(MOMENT_TEXT.match(text) for text in times), (url, times)
         assert not re.search(r"\b[ap]\.m\.", operator.page.inner_text("#content")), url
+
+
+# -- the screenshots of docs/operations.md -------------------------------------------------
+
+JOURNEY_START = datetime(2026, 12, 1, 8, 0, 4, tzinfo=UTC)  # 09:00:04 in Berlin
+
+
+def _quote_journey(key: str) -> SagaInstance:
+    """The docs' quote follow-up, for real: sent, its follow-up fired early by an operator,
+    then waiting for the answer (the deadline pending). The clock is frozen only while the
+    rows are written, never while the browser runs."""
+    operator = staff_user("night-shift")
+    with freeze_time(JOURNEY_START) as frozen:
+        publish(QuoteSent(key), correlation_id="req-7f3a")
+        saga = SagaInstance.objects.get(saga_type=QuoteFollowUpFlow.saga_type, correlation_key=key)
+        frozen.tick(timedelta(hours=26, minutes=12, seconds=31))
+        follow_up = SagaTimeout.objects.get(saga=saga, name="followup")
+        fire_now([follow_up.pk], user=operator)
+        frozen.tick(timedelta(seconds=2))
+        assert drain_due().fired == 1
+    saga.refresh_from_db()
+    return saga
+
+
+@override_settings(TIME_ZONE="Europe/Berlin")
+def test_the_screenshots_of_the_instance_page_and_the_status_panel(
+    operator: AdminSession, screenshots: Path
+) -> None:
+    saga = _quote_journey("q-4711")
+    now = clock.now()
+    for pid, last_pass in ((4242, now - timedelta(seconds=1)), (77, now - timedelta(hours=3))):
+        SagaDispatcher.objects.create(
+            host="web-1" if pid == 4242 else "worker-2",
+            pid=pid,
+            kind="loop" if pid == 4242 else "celery",
+            started_at=now - timedelta(days=2),
+            last_pass_at=last_pass,
+            delivered=18204 if pid == 4242 else 311,
+        )
+    operator.page.set_viewport_size(VIEWPORT)
+
+    operator.open(admin_url("sagainstance", "change", saga.pk))
+    lines = operator.page.locator(".field-timeline ol.saga-journal li").all_inner_texts()
+    assert [line.split(" — ")[1].split("\n")[0] for line in lines] == [
+        "Advanced on tests.ops.quote-follow-up-due (timer “followup”): step 1 → 2, version 2.",
+        "Timer fired now “followup” by operator night-shift: at step 1.",
+        "Started on tests.ops.quote-sent (published): at step 1, version 1.",
+    ]
+    assert lines[-1].startswith("2026-12-01 09:00:04 CET")
+    assert operator.page.locator(".field-picture svg").is_visible()
+    operator.page.screenshot(path=str(screenshots / "admin-instance-journal.png"), full_page=True)
+
+    operator.open("/admin/bsft_saga/")
+    panel = operator.page.locator("#saga-status")
+    assert "stale" in panel.inner_text()
+    last_passes = panel.locator("time").all_inner_texts()
+    assert len(last_passes) == 2
+    assert all(MOMENT_TEXT.match(text) for text in last_passes), last_passes
+    operator.page.screenshot(path=str(screenshots / "admin-status-panel.png"), full_page=True)

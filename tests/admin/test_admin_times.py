@@ -16,7 +16,13 @@ from django.test.client import RequestFactory
 from bsft_saga.admin.times import MomentColumn, format_moment
 from bsft_saga.audit import READ_CONTENT
 from bsft_saga.db.datetimes import Unreadable
-from bsft_saga.models import SagaAuditRecord, SagaInstance, SagaOutboxMessage, SagaTimeout
+from bsft_saga.models import (
+    SagaAuditRecord,
+    SagaDispatcher,
+    SagaInstance,
+    SagaOutboxMessage,
+    SagaTimeout,
+)
 from tests.support.admin import admin_url, staff_client, staff_user
 from tests.support.journal_rows import advanced_by_timer
 from tests.testapp.ops_flows import make_saga, make_timeout
@@ -138,6 +144,17 @@ def test_every_page_shows_its_moments_with_seconds_and_zone(
     assert SHOWN in page
     assert f'<time datetime="{MOMENT.isoformat()}">{SHOWN}</time>' in page
     assert not DJANGO_FORMAT.search(page)
+
+
+@override_settings(TIME_ZONE="Europe/Berlin")
+def test_the_status_panel_shows_each_dispatchers_last_pass_with_seconds_and_zone() -> None:
+    SagaDispatcher.objects.create(
+        host="web-1", pid=4242, kind="loop", started_at=MOMENT, last_pass_at=MOMENT
+    )
+
+    page = staff_client("root", superuser=True).get("/admin/bsft_saga/").content.decode()
+
+    assert f'last pass <time datetime="{MOMENT.isoformat()}">{SHOWN}</time>' in page
 
 
 def test_a_missing_moment_is_the_empty_value_on_the_change_page() -> None:
