@@ -124,3 +124,28 @@ def test_terminate_saga_refuses_a_flow_without_a_key_and_other_mixups(
 ) -> None:
     with pytest.raises(CommandError, match=message):
         run("terminate_saga", *args, "--reason", "stuck")
+
+
+def test_terminate_saga_by_a_mistyped_flow_lists_the_installed_ones() -> None:
+    start_reminders("r-key")
+
+    with pytest.raises(CommandError) as error:
+        run("terminate_saga", "--flow", "tests.ops.remindr", "--key", "r-key", "--reason", "x")
+
+    message = str(error.value)
+    assert message.startswith("unknown saga type 'tests.ops.remindr'; installed saga types: ")
+    assert REMINDER_SAGA_TYPE in message.split("installed saga types: ")[1].split(", ")
+    saga = SagaInstance.objects.get(saga_type=REMINDER_SAGA_TYPE, correlation_key="r-key")
+    assert not saga.is_complete
+
+
+def test_terminate_saga_by_flow_and_key_reaches_a_flow_no_longer_installed() -> None:
+    saga = make_saga("k", saga_type="tests.ops.retired-flow")
+
+    run("terminate_saga", "--flow", "tests.ops.retired-flow", "--key", "k", "--reason", "gone")
+
+    saga.refresh_from_db()
+    assert (saga.is_complete, saga.terminated_reason) == (True, "gone")
+    with pytest.raises(CommandError) as error:
+        run("terminate_saga", "--flow", "tests.ops.retired-flow", "--key", "k", "--reason", "x")
+    assert str(error.value) == "no active instance of 'tests.ops.retired-flow' has the key 'k'"

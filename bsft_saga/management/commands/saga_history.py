@@ -10,9 +10,9 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.utils import timezone
 
 from bsft_saga.db.datetimes import unreadable_fields
-from bsft_saga.flows.registry import flow_registry
 from bsft_saga.history import ENTRY_FIELDS, InstanceHistory, KeyHistory, key_history
 from bsft_saga.management import arguments
+from bsft_saga.management.keys import nothing_found
 from bsft_saga.models import SagaInstance, SagaJournalEntry
 
 #: Entries shown when ``--limit`` is not given.
@@ -61,21 +61,11 @@ class Command(BaseCommand):
         )
         history = key_history(saga_type, key, limit=limit)
         if not history.instances:
-            raise CommandError(_nothing_found(saga_type, key))
+            raise CommandError(nothing_found(saga_type, key))
         if options["format"] == "json":
             self.stdout.write(json.dumps(_as_dict(history), indent=2))
         else:
             self.stdout.write(_as_text(history, verbosity=int(options["verbosity"])))
-
-
-def _nothing_found(saga_type: str, key: str) -> str:
-    installed = sorted(definition.saga_type for definition in flow_registry.all())
-    # A flow removed from saga_flows leaves its instances, and they keep their journal.
-    if saga_type in installed or SagaInstance.objects.filter(saga_type=saga_type).exists():
-        return f"no instance of {saga_type!r} has the key {key!r}"
-    return (
-        f"unknown saga type {saga_type!r}; installed saga types: {', '.join(installed) or 'none'}"
-    )
 
 
 # --- JSON ---------------------------------------------------------------------------------

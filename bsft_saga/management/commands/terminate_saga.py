@@ -8,6 +8,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from bsft_saga.engine.termination import terminate
 from bsft_saga.management import arguments
+from bsft_saga.management.keys import nothing_found
 from bsft_saga.models import SagaInstance
 
 
@@ -78,5 +79,5 @@ class Command(BaseCommand):
             .first()
         )
         if pk is None:
-            raise CommandError(f"no active instance of {saga_type!r} has the key {key!r}")
+            raise CommandError(nothing_found(saga_type, key, active=True))
         return str(pk)
