@@ -88,7 +88,7 @@ def guarding(channel: Channel[Any], token: uuid.UUID) -> Iterator[Guard]:
         else:
             remember(channel, token)
         if not isinstance(exc, DatabaseError):
-            give_back(channel)
+            give_back(channel, stopped_by=exc)
         raise
 
 
@@ -98,11 +98,13 @@ def waiting(channel: Channel[Any]) -> int:
         return sum(1 for orphan in _orphans if orphan.kind is type(channel))
 
 
-def give_back(channel: Channel[Any]) -> GivenBack:
+def give_back(channel: Channel[Any], *, stopped_by: BaseException | None = None) -> GivenBack:
     """Release the pending rows of every lost claim of ``channel``'s table.
 
-    Never raises: while the database is still unreachable the claims are kept for the next
-    try (and, at worst, their lease runs out as it would have anyway).
+    ``stopped_by``: the exception that stopped the pass (a shutdown), which the log then
+    names, instead of a lost connection. Never raises: while the database is still
+    unreachable the claims are kept for the next try (and, at worst, their lease runs out
+    as it would have anyway).
     """
     with _lock:
         mine = [orphan for orphan in _orphans if orphan.kind is type(channel)]
@@ -119,7 +121,18 @@ def give_back(channel: Channel[Any]) -> GivenBack:
             break
         with _lock:
             _orphans.remove(entry)
-    if released or delivered:
+    if stopped_by is not None:
+        # Said apart: "lost its connection" would send whoever reads it after a Ctrl-C or
+        # a worker's shutdown looking for a database failure that never happened.
+        if released:
+            logger.info(
+                "bsft_saga: gave back %d %s row(s) of a pass stopped by %s; the next pass "
+                "claims them at once",
+                released,
+                channel.noun,
+                type(stopped_by).__name__,
+            )
+    elif released or delivered:
         logger.info(
             "bsft_saga: gave back %d %s row(s) of a pass that lost its connection "
             "(%d had been delivered before)",

@@ -10,6 +10,7 @@ able to take its batch-mates down with it again. The real-process version of thi
 
 from __future__ import annotations
 
+import logging
 import uuid
 from datetime import timedelta
 from typing import Any
@@ -138,6 +139,25 @@ def test_a_batch_given_back_at_shutdown_counts_no_attempt(
     assert drain_due() == DrainReport(fired=2)  # one batch, without waiting for a lease
     timers = SagaTimeout.objects.filter(saga__correlation_key__in=keys)
     assert {t.attempts for t in timers} == {0}
+
+
+def test_a_batch_given_back_at_shutdown_is_logged_as_a_shutdown_not_a_lost_connection(
+    clock: FrozenDateTimeFactory, record: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    _start_counters(2)
+    record(CountWake).fail_with = KeyboardInterrupt()
+
+    with (
+        caplog.at_level(logging.INFO, logger="bsft_saga.delivery"),
+        pytest.raises(KeyboardInterrupt),
+    ):
+        drain_due()
+
+    given_back = [r.getMessage() for r in caplog.records if "gave back" in r.getMessage()]
+    assert given_back == [
+        "bsft_saga: gave back 2 timer row(s) of a pass stopped by KeyboardInterrupt; the "
+        "next pass claims them at once"
+    ]
 
 
 def test_an_abandoned_outbox_row_is_delivered_alone_then_given_up_at_the_limit(
