@@ -23,9 +23,12 @@ from typing import Any
 from bsft_saga import clock
 from bsft_saga.db import sql
 from bsft_saga.events.envelope import Envelope
-from bsft_saga.models import JournalKind, JournalVia, SagaJournalEntry
+from bsft_saga.models import JournalKind, JournalVia, SagaJournalEntry, SagaTimeout
 
-__all__ = ["record_action", "transition_entry", "username"]
+__all__ = ["TIMER_FIELDS", "record_action", "record_timer_action", "transition_entry", "username"]
+
+#: What :func:`record_timer_action` reads of a timer (for ``QuerySet.only()``).
+TIMER_FIELDS = ("name", "saga", "event_type", "message_id", "correlation_id")
 
 
 def transition_entry(
@@ -98,6 +101,29 @@ def record_action(
                 "correlation_id": correlation_id,
             }
         ],
+    )
+
+
+def record_timer_action(
+    timer: SagaTimeout,
+    kind: JournalKind,
+    *,
+    user: Any = None,
+    step: int | None = None,
+    at: datetime | None = None,
+) -> None:
+    """:func:`record_action` for an action on ``timer``: its name and the event it publishes
+    (type, message id, correlation id)."""
+    record_action(
+        timer.saga_id,
+        kind,
+        user=user,
+        timer_name=timer.name,
+        event_type=timer.event_type,
+        message_id=timer.message_id,
+        correlation_id=timer.correlation_id,
+        step=step,
+        at=at,
     )
 
 

@@ -13,7 +13,7 @@ from django.db import IntegrityError, transaction
 from bsft_saga import journal
 from bsft_saga.audit import REQUEUED, record_action
 from bsft_saga.delivery.channel import Channel, R
-from bsft_saga.models import JournalKind
+from bsft_saga.models import JournalKind, SagaTimeout
 
 logger = logging.getLogger("bsft_saga.delivery")
 
@@ -97,15 +97,17 @@ def _requeue_one(channel: Channel[R], row: R, user: Any) -> str | None:
 
 
 def _journal(row: Any, saga: Any, user: Any) -> None:
-    """The requeue in its saga's journal: a timer by name, an outbox row by its event."""
-    timer_name = getattr(row, "name", "")
+    """The requeue in its saga's journal: a timer's or an outbox row's event."""
+    if isinstance(row, SagaTimeout):
+        journal.record_timer_action(row, JournalKind.REQUEUED, user=user, step=saga.step_index)
+        return
     journal.record_action(
         saga.pk,
         JournalKind.REQUEUED,
         user=user,
-        timer_name=timer_name,
-        event_type="" if timer_name else row.event_type,
-        message_id=None if timer_name else row.pk,
+        event_type=row.event_type,
+        message_id=row.pk,
+        correlation_id=row.correlation_id,
         step=saga.step_index,
     )
 

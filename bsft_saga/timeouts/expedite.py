@@ -9,7 +9,7 @@ from __future__ import annotations
 import warnings
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
 from django.db import transaction
@@ -17,6 +17,7 @@ from django.db import transaction
 from bsft_saga import clock, journal
 from bsft_saga.audit import FIRED_NOW, record_action
 from bsft_saga.models import JournalKind, SagaTimeout
+from bsft_saga.moments import format_moment
 from bsft_saga.timeouts.requests import DEADLINE_TIMER_NAME
 
 __all__ = ["DEADLINE_PERMISSION", "FireNowReport", "fire_now"]
@@ -64,7 +65,13 @@ def fire_now(ids: Iterable[int], *, user: Any = None, now: datetime | None = Non
     rows = (
         SagaTimeout.objects.filter(pk__in=wanted)
         .select_related("saga")
-        .only("id", "name", "saga", "saga__saga_type", "saga__correlation_key", "saga__step_index")
+        .only(
+            "id",
+            *journal.TIMER_FIELDS,
+            "saga__saga_type",
+            "saga__correlation_key",
+            "saga__step_index",
+        )
         .in_bulk()
     )
     held: list[tuple[int, str]] = []
@@ -102,13 +109,8 @@ def fire_now(ids: Iterable[int], *, user: Any = None, now: datetime | None = Non
             )
             if moved:
                 record_action(FIRED_NOW, user=user, saga=row.saga)
-                journal.record_action(
-                    row.saga.pk,
-                    JournalKind.FIRED_NOW,
-                    user=user,
-                    timer_name=row.name,
-                    step=row.saga.step_index,
-                    at=moment,
+                journal.record_timer_action(
+                    row, JournalKind.FIRED_NOW, user=user, step=row.saga.step_index, at=moment
                 )
         if not moved:
             outcome = SagaTimeout.objects.filter(pk=pk).values_list("outcome", flat=True).first()
@@ -118,7 +120,7 @@ def fire_now(ids: Iterable[int], *, user: Any = None, now: datetime | None = Non
                 (
                     pk,
                     f"timer {row.name!r} (id {pk}) is held by another dispatcher's claim until "
-                    f"{claimed_until.astimezone(UTC):%Y-%m-%d %H:%M:%S} UTC; it fires when that "
+                    f"{format_moment(claimed_until)}; it fires when that "
                     "dispatcher delivers it or once the lease ends",
                 )
             )

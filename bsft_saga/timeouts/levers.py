@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
 from django.db import transaction
@@ -25,6 +25,7 @@ from bsft_saga import clock, journal, telemetry
 from bsft_saga.audit import TIMER_CANCELED, TIMER_RESCHEDULED, record_action
 from bsft_saga.db.datetimes import storable
 from bsft_saga.models import JournalKind, SagaTimeout, TimeoutOutcome
+from bsft_saga.moments import format_moment
 from bsft_saga.querysets import SagaTimeoutQuerySet
 
 __all__ = ["CancelReport", "RescheduleReport", "cancel_timers", "reschedule_timer"]
@@ -119,20 +120,13 @@ def _timer_of(pk: int) -> SagaTimeout:
     """The timer's name and its saga's metadata (for the audit record and the journal)."""
     return (
         SagaTimeout.objects.select_related("saga")
-        .only("name", "saga__id", "saga__saga_type", "saga__correlation_key", "saga__step_index")
+        .only(*journal.TIMER_FIELDS, "saga__saga_type", "saga__correlation_key", "saga__step_index")
         .get(pk=pk)
     )
 
 
 def _journal(timer: SagaTimeout, kind: JournalKind, user: Any, moment: datetime) -> None:
-    journal.record_action(
-        timer.saga_id,
-        kind,
-        user=user,
-        timer_name=timer.name,
-        step=timer.saga.step_index,
-        at=moment,
-    )
+    journal.record_timer_action(timer, kind, user=user, step=timer.saga.step_index, at=moment)
 
 
 def _refusal(pk: int, moment: datetime) -> str:
@@ -153,7 +147,7 @@ def _refusal(pk: int, moment: datetime) -> str:
     if until is not None and until >= moment:
         return (
             f"{timer} is held by a dispatcher's claim until "
-            f"{until.astimezone(UTC):%Y-%m-%d %H:%M:%S} UTC; try again once it has fired or "
+            f"{format_moment(until)}; try again once it has fired or "
             "the lease has run out"
         )
     return f"{timer} changed while it was being changed; try again"

@@ -172,6 +172,11 @@ def test_operator_actions_are_entries_naming_the_operator(clock: FrozenDateTimeF
         (JournalKind.FIRED_NOW, JournalVia.OPERATOR, "reminder", "night-shift", moment),
         (JournalKind.TIMER_CANCELED, JournalVia.OPERATOR, "reminder", "night-shift", moment),
     ]
+    # Each names the timer's event: what it publishes when it fires.
+    events = SagaJournalEntry.objects.filter(saga=first, via=JournalVia.OPERATOR)
+    assert set(events.values_list("event_type", "message_id", "correlation_id")) == {
+        (timer.event_type, timer.message_id, timer.correlation_id)
+    }
     [ended] = SagaJournalEntry.objects.filter(saga=second, kind=JournalKind.TERMINATED)
     assert (ended.via, ended.user, ended.step_before, ended.step_after, ended.version) == (
         JournalVia.OPERATOR,
@@ -194,6 +199,7 @@ def test_a_requeued_dead_letter_is_an_entry(clock: FrozenDateTimeFactory) -> Non
 
     [entry] = SagaJournalEntry.objects.filter(saga=saga, kind=JournalKind.REQUEUED)
     assert (entry.via, entry.timer_name, entry.step_before) == (JournalVia.OPERATOR, "reminder", 1)
+    assert (entry.event_type, entry.message_id) == (timer.event_type, timer.message_id)
 
 
 def test_a_refused_action_writes_no_entry() -> None:

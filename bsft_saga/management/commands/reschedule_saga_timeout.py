@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from datetime import UTC
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from bsft_saga.management import arguments
+from bsft_saga.moments import format_moment
 from bsft_saga.timeouts.levers import reschedule_timer
 
 
@@ -30,7 +30,5 @@ class Command(BaseCommand):
         if report.refused is not None:
             raise CommandError(f"refused {pk}: {report.refused}")
         if int(options["verbosity"]) >= 1 and report.due_at is not None:
-            when = report.due_at.astimezone(UTC)
-            self.stdout.write(
-                self.style.SUCCESS(f"Timer {pk} is due at {when:%Y-%m-%d %H:%M:%S} UTC.")
-            )
+            when = format_moment(report.due_at)
+            self.stdout.write(self.style.SUCCESS(f"Timer {pk} is due at {when}."))
