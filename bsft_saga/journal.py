@@ -6,6 +6,8 @@ transition that rolled back, nor misses one that committed:
 - a transition's entry rides with its inbox row: the engine's window writes both only if
   its version-checked advance matched (on PostgreSQL in the same statement, see
   :mod:`bsft_saga.engine.window`); a new instance's entry is inserted with it;
+- a timer whose event woke no step of its saga (plain receivers sent the reminder) has a
+  ``timer_fired`` entry, written with its stamp (:mod:`bsft_saga.delivery.commit`);
 - an operator action's entry (:func:`record_action`) is written in the action's own
   transaction, beside its audit record.
 
@@ -25,7 +27,14 @@ from bsft_saga.db import sql
 from bsft_saga.events.envelope import Envelope
 from bsft_saga.models import JournalKind, JournalVia, SagaJournalEntry, SagaTimeout
 
-__all__ = ["TIMER_FIELDS", "record_action", "record_timer_action", "transition_entry", "username"]
+__all__ = [
+    "TIMER_FIELDS",
+    "record_action",
+    "record_timer_action",
+    "timer_fired_entry",
+    "transition_entry",
+    "username",
+]
 
 #: What :func:`record_timer_action` reads of a timer (for ``QuerySet.only()``).
 TIMER_FIELDS = ("name", "saga", "event_type", "message_id", "correlation_id")
@@ -61,6 +70,25 @@ def transition_entry(
         "timer_name": timer.name if timer is not None else "",
         "user": "",
         "correlation_id": envelope.correlation_id or "",
+    }
+
+
+def timer_fired_entry(timer: SagaTimeout, *, at: datetime) -> dict[str, Any]:
+    """The entry of a timer that fired without waking a step of its saga (its event went to
+    plain receivers only): written with the timer's stamp, in the pass's commit."""
+    return {
+        "saga": timer.saga_id,
+        "at": at,
+        "kind": JournalKind.TIMER_FIRED,
+        "event_type": timer.event_type,
+        "message_id": timer.message_id,
+        "step_before": None,
+        "step_after": None,
+        "version": None,
+        "via": JournalVia.TIMER,
+        "timer_name": timer.name,
+        "user": "",
+        "correlation_id": timer.correlation_id,
     }
 
 

@@ -423,6 +423,7 @@ class JournalKind(models.TextChoices):
     HANDLED = "handled", _("handled")  # a meanwhile handler: the step stays
     COMPLETED = "completed", _("completed")
     EXPIRED = "expired", _("deadline expired")
+    TIMER_FIRED = "timer_fired", _("timer fired")  # its event woke no step of its saga
     TERMINATED = "terminated", _("terminated")
     FIRED_NOW = "fired_now", _("timer fired now")
     REQUEUED = "requeued", _("requeued")

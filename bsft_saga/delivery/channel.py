@@ -134,6 +134,11 @@ class Channel(ABC, Generic[R]):
         """``row``, while it is pending and ``token`` holds it: a condition for ``sql.update``."""
         return {self.model._meta.pk.name: row.pk, "claim_token": token, **self.pending_where}
 
+    def journal_entry(self, row: R, now: datetime) -> dict[str, Any] | None:
+        """The journal entry of delivering ``row`` when its event moved no step of the saga
+        that owns it (``saga_of``), or ``None`` for no entry (the default)."""
+        return None
+
     def requeued(self) -> dict[str, Any]:
         """The table's own column values that make a dead-lettered row pending again."""
         return {}

@@ -39,6 +39,7 @@ from bsft_saga.delivery.channel import Channel, R
 from bsft_saga.delivery.failures import failure_reason, lost_the_connection
 from bsft_saga.delivery.report import Outcome
 from bsft_saga.delivery.staging import Advance, LostRace, StagedWindow
+from bsft_saga.models import SagaJournalEntry
 
 logger = logging.getLogger("bsft_saga.delivery")
 
@@ -290,7 +291,8 @@ class CommitGroup(Generic[R]):
     def _write_in_lock_order(
         self, row: R, windows: list[StagedWindow], progress: _Progress
     ) -> None:
-        """Each saga's row, then its timers and outbox rows; the stamp in its saga's place.
+        """Each saga's row, then its timers and outbox rows; the stamp in its saga's place
+        (with the row's journal entry, if it moved no step of its own saga).
 
         The row's stamp comes right after its own saga's row is locked (and before that
         saga's timers are written: ending a wait cancels the step's pending timers, which
@@ -312,6 +314,11 @@ class CommitGroup(Generic[R]):
             window.write()
         if not stamped:
             self._stamp_or_raise(row)
+        if owner is not None and not any(window.saga_id == owner for window in windows):
+            # Delivered without moving its own saga: the journal still tells of it.
+            entry = self.channel.journal_entry(row, clock.now())
+            if entry is not None:
+                sql.insert(SagaJournalEntry, [entry])
 
     def _stamp_or_raise(self, row: R) -> None:
         if not self._stamp(row):

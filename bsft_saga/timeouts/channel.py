@@ -12,7 +12,7 @@ from typing import Any
 from django.db import transaction
 from django.db.models import F, QuerySet
 
-from bsft_saga import clock, telemetry
+from bsft_saga import clock, journal, telemetry
 from bsft_saga.conf import TimeoutSettings
 from bsft_saga.db import sql
 from bsft_saga.delivery.channel import Channel, Sorted
@@ -143,6 +143,11 @@ class TimerChannel(Channel[SagaTimeout]):
     def describe(self, row: SagaTimeout) -> str:
         saga = row.saga
         return f"timer {row.name!r} (id {row.pk}) of saga {saga.saga_type}[{saga.correlation_key}]"
+
+    def journal_entry(self, row: SagaTimeout, now: datetime) -> dict[str, Any]:
+        """A timer whose event woke no step of its saga (plain receivers sent the reminder)
+        is still part of that saga's story: ``timer_fired``, via the timer."""
+        return journal.timer_fired_entry(row, at=now)
 
     def requeued(self) -> dict[str, Any]:
         return {"dispatched_at": None, "outcome": None, "dead_letter_reason": ""}

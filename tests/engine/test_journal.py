@@ -27,6 +27,7 @@ from bsft_saga.timeouts.expedite import fire_now
 from bsft_saga.timeouts.levers import cancel_timers, reschedule_timer
 from bsft_saga.timeouts.maintenance import requeue_dead_lettered
 from bsft_saga.timeouts.requests import DEADLINE_TIMER_NAME
+from tests.support.receivers import receiving
 from tests.support.timer_fixtures import T0
 from tests.testapp.branch_events import (
     InvoiceIssued,
@@ -40,6 +41,8 @@ from tests.testapp.delayed_events import ShipmentBooked, ShipmentDelivered
 from tests.testapp.delayed_flows import STANDARD_BUDGET, ShipmentFlow
 from tests.testapp.dispatch_events import InvoicePaid, InvoiceSent
 from tests.testapp.dispatch_flows import InvoiceFlow
+from tests.testapp.events import QuoteFollowUpDue, QuoteSent
+from tests.testapp.timer_flows import QuoteFlow
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -85,6 +88,30 @@ def test_each_transition_is_an_entry_saying_what_delivered_it(clock: FrozenDateT
 def test_an_entry_carries_no_state_or_payload() -> None:
     columns = {field.name for field in SagaJournalEntry._meta.get_fields()}
     assert columns.isdisjoint({"state", "payload", "state_type"})
+
+
+def test_a_timer_that_wakes_no_step_of_its_saga_is_a_timer_fired_entry(
+    clock: FrozenDateTimeFactory,
+) -> None:
+    # The quote's reminders go to plain receivers (the e-mail): the saga awaits the answer.
+    publish(QuoteSent("j-quote"))
+    clock.tick(timedelta(days=2, seconds=1))
+    with receiving(QuoteFollowUpDue) as mails:
+        assert drain_due().fired == 1
+
+    saga = _saga(QuoteFlow.saga_type, "j-quote")
+    [fired] = SagaJournalEntry.objects.filter(saga=saga, kind=JournalKind.TIMER_FIRED)
+    timer = SagaTimeout.objects.get(saga=saga, name="followup")
+    assert (fired.via, fired.timer_name, fired.at) == (
+        JournalVia.TIMER,
+        "followup",
+        T0 + timedelta(days=2, seconds=1),
+    )
+    assert (fired.event_type, fired.message_id) == (timer.event_type, timer.message_id)
+    assert [envelope.message_id for envelope in mails] == [fired.message_id]
+    saga.refresh_from_db()
+    assert saga.step_index == 1  # it moved nothing
+    assert (fired.step_before, fired.step_after, fired.version) == (None, None, None)
 
 
 def test_a_deferred_publish_is_an_entry_via_the_outbox() -> None:
