@@ -96,6 +96,11 @@ def test_demo_fires_the_follow_up_two_berlin_business_days_later_across_dst(
     ), q1
     assert re.search(r"timer\s+callback\s+due Wed 2026-04-01 09:00 UTC .*fired", q1), q1
     assert "Tue 2026-03-31 09:00 UTC     follow-up e-mail for quote q-1 sent" in demo.stdout
+    # The reminders moved no step, and the journal still tells of them.
+    assert re.search(
+        r"journal\s+Tue 2026-03-31 09:00 UTC\s+timer_fired\s+via timer\s+followup\s+woke no step",
+        q1,
+    ), q1
 
 
 @pytest.mark.slow
@@ -137,7 +142,7 @@ def test_demo_order_without_payment_is_cancelled_by_its_payment_timer(
     assert "warehouse: stock released for order o-2" in demo.stdout
     # Its journal says the timer, not an event someone published, ended it.
     assert re.search(
-        r"journal\s+Sat 2026-03-28 10:00 UTC\s+completed via timer\s+payment\s+step 2 -> 3", o2
+        r"journal\s+Sat 2026-03-28 10:00 UTC\s+completed\s+via timer\s+payment\s+step 2 -> 3", o2
     ), o2
 
 

@@ -230,10 +230,14 @@ class Command(BaseCommand):
             self.stdout.write(f"    state     {json.dumps(instance.state)}")
             for entry in SagaJournalEntry.objects.filter(saga=instance).order_by("at", "id"):
                 what = entry.timer_name if entry.via == JournalVia.TIMER else entry.event_type
-                before = "-" if entry.step_before is None else entry.step_before
+                if entry.step_after is None:
+                    steps = "woke no step"
+                else:
+                    before = "-" if entry.step_before is None else entry.step_before
+                    steps = f"step {before} -> {entry.step_after}"
                 self.stdout.write(
-                    f"    journal   {utc(entry.at)}  {entry.kind:<9} via {entry.via:<7} "
-                    f"{what}  step {before} -> {entry.step_after}"
+                    f"    journal   {utc(entry.at)}  {entry.kind:<11} via {entry.via:<7} "
+                    f"{what}  {steps}"
                 )
             timers = SagaTimeout.objects.filter(saga=instance).order_by("due_at", "id")
             for timer in timers:
