@@ -5,13 +5,14 @@ Schedule ``bsft_saga.tasks.drain_saga_timeouts`` with beat every ``POLL_INTERVAL
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 import uuid
 from dataclasses import asdict
 from typing import Any
 
-from celery import current_app, shared_task
+from celery import Task, current_app, shared_task
 from celery.signals import worker_process_shutdown, worker_shutdown
 from django.core.checks import CheckMessage, Tags, register
 from django.core.checks import Warning as CheckWarning
@@ -35,8 +36,10 @@ DRAIN_TASK = "bsft_saga.tasks.drain_saga_timeouts"
 RECONNECT_PAUSE = 0.5
 
 
-@shared_task(name=DRAIN_TASK, acks_late=True, reject_on_worker_lost=True, ignore_result=True)
-def drain_saga_timeouts() -> dict[str, int]:
+@shared_task(
+    name=DRAIN_TASK, bind=True, acks_late=True, reject_on_worker_lost=True, ignore_result=True
+)
+def drain_saga_timeouts(self: Task) -> dict[str, int]:
     """Drain due timers and undelivered outbox rows, pass after pass, while there is work,
     for at most one ``POLL_INTERVAL`` (the next beat tick takes over from there).
 
@@ -45,7 +48,9 @@ def drain_saga_timeouts() -> dict[str, int]:
     claimed, so those timers fire in this run once the database answers again.
 
     The worker process (each prefork pool child on its own) reports as a ``celery``
-    dispatcher: its heartbeat shows in ``saga_status``.
+    dispatcher: its heartbeat shows in ``saga_status``. Called as a function or run eagerly
+    (``apply()``, ``CELERY_TASK_ALWAYS_EAGER``), it is no worker's and reports nothing: the
+    calling process would otherwise leave a heartbeat that goes stale as soon as it returns.
     """
     from django.db import DatabaseError, close_old_connections
 
@@ -58,7 +63,8 @@ def drain_saga_timeouts() -> dict[str, int]:
     budget = saga_settings.timeouts.poll_interval.total_seconds()
     started = time.monotonic()
     total, deliveries = DrainReport(), DeliveryReport()
-    with reporting(DispatcherKind.CELERY):
+    in_a_worker = not (self.request.called_directly or self.request.is_eager)
+    with reporting(DispatcherKind.CELERY) if in_a_worker else contextlib.nullcontext():
         while True:
             try:
                 report = drain_pass()
