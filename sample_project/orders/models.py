@@ -17,7 +17,7 @@ class Reminder(models.Model):
         FOLLOW_UP = "follow-up", _("follow-up e-mail")
         CALL_BACK = "call-back", _("call-back")
 
-    quote_id = models.CharField(_("quote"), max_length=100)
+    quote_id = models.CharField(_("quote"), max_length=200)
     kind = models.CharField(_("kind"), max_length=20, choices=Kind.choices)
     message_id = models.UUIDField(
         _("message id"), unique=True, help_text=_("The envelope id of the timer's event.")
