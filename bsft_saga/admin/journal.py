@@ -126,10 +126,11 @@ def timeline(admin_site_name: str, instance: SagaInstance) -> SafeString:
     total = len(entries) if len(entries) < JOURNAL_ENTRIES_LISTED else instance.journal.count()
     url = reverse(f"{admin_site_name}:bsft_saga_sagainstance_history", args=[instance.pk])
     if total > len(entries):
-        summary = _("%(total)d entries in all; the newest %(listed)d, newest first:") % {
-            "total": total,
-            "listed": len(entries),
-        }
+        summary = ngettext(
+            "%(total)d entry in all; the newest %(listed)d, newest first:",
+            "%(total)d entries in all; the newest %(listed)d, newest first:",
+            total,
+        ) % {"total": total, "listed": len(entries)}
     else:
         summary = ngettext("%(total)d entry:", "%(total)d entries, newest first:", total) % {
             "total": total

@@ -10,6 +10,9 @@ the status panel (the template filter ``moment``) and the action pages.
 every ``DateTimeField`` named in its list columns, fieldsets or read-only fields is shown
 through a :class:`MomentColumn`, so a field added later is shown the same way without
 anyone remembering to.
+
+:func:`format_duration` writes a length of time (an idle time, a lag) as people read it:
+"42 s", "4 min 2 s", "3 h 0 min", "2 d 3 h", never "10800 s".
 """
 
 from __future__ import annotations
@@ -24,10 +27,19 @@ from django.db import models
 from django.http import HttpRequest
 from django.utils.html import format_html
 from django.utils.safestring import SafeString
+from django.utils.translation import gettext as _
 
 from bsft_saga.moments import EMPTY, format_moment
 
-__all__ = ["MomentColumn", "MomentFieldsMixin", "format_moment", "moment_html"]
+__all__ = [
+    "MomentColumn",
+    "MomentFieldsMixin",
+    "format_duration",
+    "format_moment",
+    "moment_html",
+]
+
+MINUTE, HOUR, DAY = 60, 3600, 86400
 
 
 def moment_html(value: datetime | str | None, empty: str = EMPTY) -> SafeString:
@@ -37,6 +49,25 @@ def moment_html(value: datetime | str | None, empty: str = EMPTY) -> SafeString:
     if not isinstance(value, datetime):
         return format_html("{}", text)
     return format_html('<time datetime="{}">{}</time>', value.isoformat(), text)
+
+
+def format_duration(seconds: float, decimals: int = 0) -> str:
+    """``seconds`` in its two largest units: "42 s" under a minute (with ``decimals``
+    places: "0.4 s"), then "4 min 2 s", "3 h 0 min", "2 d 3 h"; rounded to the second from
+    a minute on. A negative length (a clock a little ahead) is shown as 0."""
+    seconds = max(0.0, seconds)
+    if round(seconds, decimals) < MINUTE:
+        return _("%(seconds)s s") % {"seconds": f"{seconds:.{decimals}f}"}
+    whole = round(seconds)
+    if whole < HOUR:
+        units = {"minutes": whole // MINUTE, "seconds": whole % MINUTE}
+        return _("%(minutes)d min %(seconds)d s") % units
+    if whole < DAY:
+        return _("%(hours)d h %(minutes)d min") % {
+            "hours": whole // HOUR,
+            "minutes": whole % HOUR // MINUTE,
+        }
+    return _("%(days)d d %(hours)d h") % {"days": whole // DAY, "hours": whole % DAY // HOUR}
 
 
 class MomentColumn:
