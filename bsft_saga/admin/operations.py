@@ -27,13 +27,15 @@ from django.contrib.admin import helpers
 from django.db.models import QuerySet
 from django.http import HttpRequest
 from django.template.response import TemplateResponse
+from django.urls import reverse
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 from django.utils.translation import gettext_lazy as _
 from django.utils.translation import ngettext
 
+from bsft_saga.admin.claimers import claimer_of_row, holder_name
 from bsft_saga.admin.times import format_moment
-from bsft_saga.db.datetimes import storable
+from bsft_saga.db.datetimes import EARLIEST, LATEST, storable
 from bsft_saga.engine import termination
 from bsft_saga.events.codec import unstorable_text
 from bsft_saga.timeouts import expedite, levers
@@ -251,11 +253,18 @@ class TimerLeversAction:
                         messages.SUCCESS,
                     )
                 return None
+        claimer = claimer_of_row(timer)
         context = {
             **modeladmin.admin_site.each_context(request),
             "title": _("Reschedule a timer"),
             "opts": modeladmin.model._meta,
             "timer": timer,
+            "saga_url": reverse(
+                f"{modeladmin.admin_site.name}:bsft_saga_sagainstance_change", args=[timer.saga_id]
+            ),
+            "retired_as": None if timer.is_pending else timer.get_outcome_display(),
+            "claimed_until": claimer.lease_ends if claimer.claimed else None,
+            "claimer": holder_name(claimer),
             "action_checkbox_name": helpers.ACTION_CHECKBOX_NAME,
             "due_at": typed,
             "due_at_error": error,
@@ -277,6 +286,13 @@ def _due_time(typed: str) -> tuple[Any, Any]:
     if timezone.is_naive(parsed):
         parsed = timezone.make_aware(parsed)
     try:
-        return storable(parsed, field="due time", where="reschedule").astimezone(UTC), None
-    except ValueError as exc:
-        return None, str(exc)
+        return storable(parsed, field="due_at", where="reschedule").astimezone(UTC), None
+    except ValueError:
+        return None, _(
+            "“%(typed)s” is out of range: a due time must lie between %(earliest)s and "
+            "%(latest)s (UTC)."
+        ) % {
+            "typed": typed,
+            "earliest": EARLIEST.date().isoformat(),
+            "latest": LATEST.date().isoformat(),
+        }

@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
+from html import unescape
 from typing import Any
 
 import pytest
 from django.test import Client
+from django.utils.html import strip_tags
 
 from bsft_saga import clock
-from bsft_saga.models import SagaAuditRecord, SagaTimeout, TimeoutOutcome
+from bsft_saga.models import SagaAuditRecord, SagaDispatcher, SagaTimeout, TimeoutOutcome
+from bsft_saga.moments import format_moment
 from tests.admin.test_admin import _messages, _url, _user
 from tests.admin.test_admin_operations import OPERATOR, offered_actions
 from tests.testapp.ops_flows import make_saga, make_timeout
@@ -60,7 +63,11 @@ def test_reschedule_timeout_asks_for_the_time_then_moves_the_timer() -> None:
     ("typed", "error"),
     [
         ("next tuesday", "Type a date and time"),
-        ("9999-12-31T23:59:59-15:00", "0001-01-02"),
+        (
+            "9999-12-31T23:59:59-15:00",
+            "“9999-12-31T23:59:59-15:00” is out of range: a due time must lie between "
+            "0001-01-02 and 9998-12-31 (UTC).",
+        ),
     ],
 )
 def test_reschedule_timeout_shows_a_form_error_for_a_time_it_cannot_store(
@@ -74,8 +81,69 @@ def test_reschedule_timeout_shows_a_form_error_for_a_time_it_cannot_store(
     )
 
     assert response.status_code == 200
-    assert error in response.content.decode()
+    [shown] = _form_errors(response)
+    assert shown.startswith(error)
+    assert "reschedule" not in shown
     assert SagaTimeout.objects.get(pk=timer.pk).due_at == due
+
+
+def _form_errors(response: Any) -> list[str]:
+    page = response.content.decode()
+    return [
+        unescape(item.split("</li>", 1)[0]) for item in page.split('<ul class="errorlist"><li>')[1:]
+    ]
+
+
+def _form_text(response: Any, id_: str) -> str | None:
+    """The text of the reschedule form's paragraph ``id_`` (``None``: the form has none)."""
+    page = response.content.decode()
+    if f'id="{id_}"' not in page:
+        return None
+    paragraph = page.split(f'id="{id_}">', 1)[1].split("</p>", 1)[0]
+    return " ".join(unescape(strip_tags(paragraph)).split())
+
+
+def test_the_reschedule_form_names_the_timer_s_saga_linked_and_its_due_time() -> None:
+    saga = make_saga("q-4711")
+    due = datetime(2031, 5, 6, 7, 8, 9, tzinfo=UTC)
+    timer = make_timeout(saga, "followup", due_at=due)
+
+    form = _act(_user("operator", *OPERATOR), "reschedule_timeout", timer)
+
+    assert _form_text(form, "saga-timer") == (
+        f"Timer “followup” of saga {saga.saga_type}[q-4711] is due at 2031-05-06 07:08:09 UTC."
+    )
+    assert f'<a href="{_url("sagainstance", "change", saga.pk)}">' in form.content.decode()
+    assert _form_text(form, "saga-timer-claimed") is None
+    assert _form_text(form, "saga-timer-retired") is None
+
+
+def test_the_reschedule_form_says_a_claim_holds_the_timer_until_when_before_it_is_submitted() -> (
+    None
+):
+    dispatcher = SagaDispatcher.objects.create(
+        host="web-1", pid=4242, kind="loop", started_at=clock.now(), last_pass_at=clock.now()
+    )
+    timer = make_timeout(make_saga("held"), "held", due_at=clock.now())
+    until = (clock.now() + timedelta(minutes=4)).replace(microsecond=0)
+    SagaTimeout.objects.filter(pk=timer.pk).update(claimed_until=until, claimed_by=dispatcher.pk)
+
+    form = _act(_user("operator", *OPERATOR), "reschedule_timeout", timer)
+
+    assert _form_text(form, "saga-timer-claimed") == (
+        f"A dispatcher's claim holds it until {format_moment(until)} (loop web-1:4242): it may "
+        "be firing right now, so rescheduling it is refused until then."
+    )
+
+
+def test_the_reschedule_form_says_a_retired_timer_cannot_be_moved() -> None:
+    timer = make_timeout(make_saga("gone"), "gone", outcome="fired")
+
+    form = _act(_user("operator", *OPERATOR), "reschedule_timeout", timer)
+
+    assert _form_text(form, "saga-timer-retired") == (
+        "It is no longer pending (fired): rescheduling it is refused."
+    )
 
 
 def test_reschedule_timeout_takes_one_timer_at_a_time() -> None:
