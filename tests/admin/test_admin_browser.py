@@ -19,6 +19,7 @@ import os
 import re
 import shutil
 import tempfile
+import uuid
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -32,9 +33,11 @@ from bsft_saga import clock, publish
 from bsft_saga.admin.journal import JOURNAL_ENTRIES_LISTED, JOURNAL_PAGE_SIZE
 from bsft_saga.audit import READ_CONTENT
 from bsft_saga.models import (
+    JournalKind,
     SagaAuditRecord,
     SagaDispatcher,
     SagaInstance,
+    SagaKeptEvent,
     SagaOutboxMessage,
     SagaTimeout,
 )
@@ -49,7 +52,7 @@ from tests.support.admin import (
     make_content_rows,
     staff_user,
 )
-from tests.support.journal_rows import advanced_by_timer, timer_canceled_by
+from tests.support.journal_rows import advanced_by_timer, entry, timer_canceled_by
 from tests.support.services import in_ci
 from tests.testapp.ops_events import QuoteSent
 from tests.testapp.ops_flows import QuoteFollowUpFlow, make_saga, make_timeout
@@ -309,6 +312,141 @@ def test_every_changelist_fits_a_1400_px_wide_window(
         assert width["page"] <= VIEWPORT["width"], (model, width)
 
 
+#: Longer than any window is wide, without a space or hyphen to break at: what an
+#: application may store (the fields hold up to 200 characters).
+UNBREAKABLE_SAGA_TYPE = "billing." + "s" * 150
+UNBREAKABLE_KEY = "k" * 180
+UNBREAKABLE_NAME = "reminder" + "r" * 150
+UNBREAKABLE_EVENT_TYPE = "billing." + "e" * 150
+UNBREAKABLE_TEXT = "x" * 400
+
+#: Where a change page overflows the window: the document, and every element that is not
+#: inside a box of its own that scrolls (a ``<pre>`` may scroll within itself).
+OVERFLOW = """() => {
+    const width = document.documentElement.clientWidth;
+    const scrolls = (el) => ['auto', 'scroll'].includes(getComputedStyle(el).overflowX);
+    const inScrollingBox = (el) => {
+        for (let up = el.parentElement; up && up !== document.body; up = up.parentElement) {
+            if (scrolls(up)) return true;
+        }
+        return false;
+    };
+    const wide = [];
+    for (const el of document.querySelectorAll('#container *')) {
+        const rect = el.getBoundingClientRect();
+        if (rect.width && rect.right > width + 0.5 && !inScrollingBox(el)) {
+            wide.push(`${el.tagName.toLowerCase()}.${el.className}: ${Math.round(rect.right)}`);
+        }
+    }
+    return {page: document.documentElement.scrollWidth, width, wide: wide.slice(0, 8)};
+}"""
+
+
+@pytest.fixture
+def unbreakable_rows() -> dict[str, str]:
+    """A saga, a timer, an outbox row, an audit record and journal entries whose types, keys,
+    names, ids and payloads have no place to break; the change pages showing them."""
+    saga = make_saga(UNBREAKABLE_KEY, saga_type=UNBREAKABLE_SAGA_TYPE)
+    SagaInstance.objects.filter(pk=saga.pk).update(state={"note": UNBREAKABLE_TEXT})
+    claimed, dead = (
+        make_timeout(
+            saga,
+            UNBREAKABLE_NAME + (outcome or ""),
+            outcome=outcome,
+            event_type=UNBREAKABLE_EVENT_TYPE,
+            reason=UNBREAKABLE_TEXT,
+        )
+        for outcome in (None, "dead_lettered")
+    )
+    SagaTimeout.objects.filter(saga=saga).update(
+        payload={"note": UNBREAKABLE_TEXT}, correlation_id="req-" + "7" * 190
+    )
+    dispatcher = SagaDispatcher.objects.create(
+        host="ip-" + "10" * 100,
+        pid=4242,
+        kind="loop",
+        started_at=clock.now(),
+        last_pass_at=clock.now(),
+    )
+    SagaTimeout.objects.filter(pk=claimed.pk).update(
+        claimed_by=dispatcher.pk, claimed_until=clock.now() + timedelta(minutes=5)
+    )
+    SagaKeptEvent.objects.create(
+        saga=saga,
+        step_index=2,
+        event_type=UNBREAKABLE_EVENT_TYPE,
+        payload={"note": UNBREAKABLE_TEXT},
+        message_id=uuid.uuid4(),
+        correlation_id="req-" + "7" * 190,
+        kept_at=clock.now(),
+    )
+    outbox = SagaOutboxMessage.objects.create(
+        saga=saga,
+        event_type=UNBREAKABLE_EVENT_TYPE,
+        payload={"note": UNBREAKABLE_TEXT},
+        created_at=clock.now(),
+        correlation_id="req-" + "7" * 190,
+        last_error=UNBREAKABLE_TEXT,
+    )
+    record = SagaAuditRecord.objects.create(
+        action=READ_CONTENT,
+        username="u" * 150,
+        saga_type=UNBREAKABLE_SAGA_TYPE,
+        correlation_key=UNBREAKABLE_KEY,
+        instance_id=saga.pk,
+        correlation_id="req-" + "7" * 190,
+        recorded_at=clock.now(),
+    )
+    advanced_by_timer(saga, clock.now(), timer_name=UNBREAKABLE_NAME)
+    entry(
+        saga,
+        JournalKind.ADVANCED,
+        clock.now(),
+        event_type=UNBREAKABLE_EVENT_TYPE,
+        correlation_id="req-" + "7" * 190,
+        step_before=1,
+        step_after=2,
+    )
+    return {
+        "instance": admin_url("sagainstance", "change", saga.pk),
+        "history": admin_url("sagainstance", "history", saga.pk),
+        "timer": admin_url("sagatimeout", "change", dead.pk),
+        "claimed timer": admin_url("sagatimeout", "change", claimed.pk),
+        "outbox": admin_url("sagaoutboxmessage", "change", outbox.pk),
+        "audit record": admin_url("sagaauditrecord", "change", record.pk),
+    }
+
+
+def _reschedule_form(session: AdminSession, timer: SagaTimeout) -> None:
+    session.open(admin_url("sagatimeout", "changelist"))
+    session.page.check(f"input[name=_selected_action][value='{timer.pk}']")
+    session.page.select_option("select[name=action]", "reschedule_timeout")
+    session.page.click("button[name=index]")
+    session.page.wait_for_load_state("load")
+    assert session.page.locator("#id_due_at").is_visible()
+
+
+def test_every_change_page_fits_a_1400_px_wide_window(
+    unbreakable_rows: dict[str, str], root: AdminSession
+) -> None:
+    root.page.set_viewport_size(VIEWPORT)
+    overflowing = {}
+    for name, url in {**unbreakable_rows, "reschedule form": ""}.items():
+        if url:
+            root.open(url)
+        else:
+            _reschedule_form(root, SagaTimeout.objects.get(name=UNBREAKABLE_NAME))
+        assert UNBREAKABLE_KEY in root.page.inner_text("#content") or name == "outbox", name
+        width = root.page.evaluate(OVERFLOW)
+        if width["page"] > VIEWPORT["width"] or width["wide"]:
+            overflowing[name] = width
+
+    assert overflowing == {}
+    # The content is there to overflow: the superuser reads it.
+    root.open(unbreakable_rows["timer"])
+    assert root.page.locator("pre", has_text=UNBREAKABLE_TEXT).is_visible()
+
+
 # -- the instance page: its journal, and times ---------------------------------------------
 
 #: How every bsft_saga admin page writes a moment: to the second, with the zone.
@@ -422,16 +560,7 @@ def test_the_screenshots_of_the_instance_page_and_the_status_panel(
     operator: AdminSession, screenshots: Path
 ) -> None:
     saga = _quote_journey("q-4711")
-    now = clock.now()
-    for pid, last_pass in ((4242, now - timedelta(seconds=1)), (77, now - timedelta(hours=3))):
-        SagaDispatcher.objects.create(
-            host="web-1" if pid == 4242 else "worker-2",
-            pid=pid,
-            kind="loop" if pid == 4242 else "celery",
-            started_at=now - timedelta(days=2),
-            last_pass_at=last_pass,
-            delivered=18204 if pid == 4242 else 311,
-        )
+    _a_dispatcher_that_died_holding_claims(hours_ago=3, claims=3)
     operator.page.set_viewport_size(VIEWPORT)
 
     operator.open(admin_url("sagainstance", "change", saga.pk))
@@ -447,8 +576,37 @@ def test_the_screenshots_of_the_instance_page_and_the_status_panel(
 
     operator.open("/admin/bsft_saga/")
     panel = operator.page.locator("#saga-status")
-    assert "stale" in panel.inner_text()
+    text = panel.inner_text()
+    assert "celery worker-2:77\t3 h 0 min ago (stale)" in text
+    assert "311 rows delivered, held 3 claims at its last pass" in text
+    assert panel.locator("#saga-idle.saga-warning").inner_text() == "3 h 0 min ago"
+    assert panel.locator("#saga-idle-warning.saga-warning").inner_text() == (
+        "No dispatcher has passed in 3 h 0 min."
+    )
+    warning = panel.locator("#saga-idle-warning").evaluate("el => getComputedStyle(el).color")
+    normal = panel.locator("th").first.evaluate("el => getComputedStyle(el).color")
+    assert warning != normal
     last_passes = panel.locator("time").all_inner_texts()
-    assert len(last_passes) == 2
+    assert len(last_passes) == 1
     assert all(MOMENT_TEXT.match(text) for text in last_passes), last_passes
     operator.page.screenshot(path=str(screenshots / "admin-status-panel.png"), full_page=True)
+
+
+def _a_dispatcher_that_died_holding_claims(*, hours_ago: int, claims: int) -> None:
+    """A Celery worker killed ``hours_ago`` in the middle of a pass, holding ``claims``
+    timers: their leases have run out since, and no dispatcher is left to claim them."""
+    died = clock.now() - timedelta(hours=hours_ago)
+    dead = SagaDispatcher.objects.create(
+        host="worker-2",
+        pid=77,
+        kind="celery",
+        started_at=died - timedelta(days=2),
+        last_pass_at=died,
+        delivered=311,
+        claims=claims,
+    )
+    for n in range(claims):
+        timer = make_timeout(make_saga(f"o-{1001 + n}"), "reminder", due_at=died)
+        SagaTimeout.objects.filter(pk=timer.pk).update(
+            claimed_by=dead.pk, claimed_until=died + timedelta(minutes=5)
+        )
