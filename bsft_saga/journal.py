@@ -7,7 +7,9 @@ transition that rolled back, nor misses one that committed:
   its version-checked advance matched (on PostgreSQL in the same statement, see
   :mod:`bsft_saga.engine.window`); a new instance's entry is inserted with it;
 - a timer whose event woke no step of its saga (plain receivers sent the reminder) has a
-  ``timer_fired`` entry, written with its stamp (:mod:`bsft_saga.delivery.commit`);
+  ``timer_fired`` entry, written with its stamp (:mod:`bsft_saga.delivery.commit`); one the
+  catch-up policy discards, ``timer_missed``; a timer, or an outbox row one of its steps
+  published, that is given up, ``dead_lettered`` (each in the write that retires the row);
 - an operator action's entry (:func:`record_action`) is written in the action's own
   transaction, beside its audit record.
 
@@ -25,13 +27,20 @@ from typing import Any
 from bsft_saga import clock
 from bsft_saga.db import sql
 from bsft_saga.events.envelope import Envelope
-from bsft_saga.models import JournalKind, JournalVia, SagaJournalEntry, SagaTimeout
+from bsft_saga.models import (
+    JournalKind,
+    JournalVia,
+    SagaJournalEntry,
+    SagaOutboxMessage,
+    SagaTimeout,
+)
 
 __all__ = [
     "TIMER_FIELDS",
+    "outbox_entry",
     "record_action",
     "record_timer_action",
-    "timer_fired_entry",
+    "timer_entry",
     "transition_entry",
     "username",
 ]
@@ -73,22 +82,62 @@ def transition_entry(
     }
 
 
-def timer_fired_entry(timer: SagaTimeout, *, at: datetime) -> dict[str, Any]:
-    """The entry of a timer that fired without waking a step of its saga (its event went to
-    plain receivers only): written with the timer's stamp, in the pass's commit."""
+def timer_entry(timer: SagaTimeout, kind: JournalKind, *, at: datetime) -> dict[str, Any]:
+    """The entry of what became of ``timer`` in a pass (it fired without waking a step of its
+    saga, the catch-up policy missed it, it was dead-lettered): its name and its event."""
+    return _delivery_entry(
+        timer.saga_id,
+        kind,
+        via=JournalVia.TIMER,
+        timer_name=timer.name,
+        event_type=timer.event_type,
+        message_id=timer.message_id,
+        correlation_id=timer.correlation_id,
+        at=at,
+    )
+
+
+def outbox_entry(message: SagaOutboxMessage, kind: JournalKind, *, at: datetime) -> dict[str, Any]:
+    """The entry of what became of an outbox row a step of its saga published (it was
+    dead-lettered): its event."""
+    assert message.saga_id is not None
+    return _delivery_entry(
+        message.saga_id,
+        kind,
+        via=JournalVia.OUTBOX,
+        timer_name="",
+        event_type=message.event_type,
+        message_id=message.pk,
+        correlation_id=message.correlation_id,
+        at=at,
+    )
+
+
+def _delivery_entry(
+    saga_id: uuid.UUID,
+    kind: JournalKind,
+    *,
+    via: JournalVia,
+    timer_name: str,
+    event_type: str,
+    message_id: uuid.UUID,
+    correlation_id: str,
+    at: datetime,
+) -> dict[str, Any]:
+    # Nothing moved the saga: no steps, no version.
     return {
-        "saga": timer.saga_id,
+        "saga": saga_id,
         "at": at,
-        "kind": JournalKind.TIMER_FIRED,
-        "event_type": timer.event_type,
-        "message_id": timer.message_id,
+        "kind": kind,
+        "event_type": event_type,
+        "message_id": message_id,
         "step_before": None,
         "step_after": None,
         "version": None,
-        "via": JournalVia.TIMER,
-        "timer_name": timer.name,
+        "via": via,
+        "timer_name": timer_name,
         "user": "",
-        "correlation_id": timer.correlation_id,
+        "correlation_id": correlation_id,
     }
 
 

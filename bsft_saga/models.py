@@ -424,6 +424,8 @@ class JournalKind(models.TextChoices):
     COMPLETED = "completed", _("completed")
     EXPIRED = "expired", _("deadline expired")
     TIMER_FIRED = "timer_fired", _("timer fired")  # its event woke no step of its saga
+    TIMER_MISSED = "timer_missed", _("timer missed")  # the catch-up policy discarded it
+    DEAD_LETTERED = "dead_lettered", _("dead-lettered")  # one of its timers or outbox rows
     TERMINATED = "terminated", _("terminated")
     FIRED_NOW = "fired_now", _("timer fired now")
     REQUEUED = "requeued", _("requeued")

@@ -23,6 +23,7 @@ from typing import Any
 
 from django.db import transaction
 
+from bsft_saga import journal
 from bsft_saga.conf import saga_settings
 from bsft_saga.db import sql
 from bsft_saga.delivery import requeue
@@ -33,7 +34,7 @@ from bsft_saga.delivery.requeue import RequeueReport
 from bsft_saga.events import codec
 from bsft_saga.events.envelope import Envelope
 from bsft_saga.events.registry import event_class, event_type_of
-from bsft_saga.models import SagaOutboxMessage
+from bsft_saga.models import JournalKind, SagaOutboxMessage
 from bsft_saga.querysets import SagaOutboxQuerySet
 from bsft_saga.signals import deferred_event_committed
 
@@ -82,6 +83,15 @@ class OutboxChannel(Channel[SagaOutboxMessage]):
     def describe(self, row: SagaOutboxMessage) -> str:
         owner = f" of saga {row.saga.saga_type}[{row.saga.correlation_key}]" if row.saga else ""
         return f"outbox message {row.event_type!r} (id {row.pk}){owner}"
+
+    def journal_entry(
+        self, row: SagaOutboxMessage, kind: JournalKind, now: datetime
+    ) -> dict[str, Any] | None:
+        """A message a saga's step published that is given up is in that saga's journal
+        (one ``publish(..., defer=True)`` wrote belongs to no saga)."""
+        if kind != JournalKind.DEAD_LETTERED or row.saga_id is None:
+            return None
+        return journal.outbox_entry(row, kind, at=now)
 
 
 OUTBOX = OutboxChannel()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import uuid
 from abc import ABC, abstractmethod
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime
@@ -12,8 +12,9 @@ from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar
 
 from django.db.models import QuerySet, prefetch_related_objects
 
+from bsft_saga.db import sql
 from bsft_saga.events.envelope import Envelope
-from bsft_saga.models import DeliveryRow
+from bsft_saga.models import DeliveryRow, JournalKind, SagaJournalEntry
 from bsft_saga.querysets import DeliveryQuerySet
 
 if TYPE_CHECKING:
@@ -134,10 +135,16 @@ class Channel(ABC, Generic[R]):
         """``row``, while it is pending and ``token`` holds it: a condition for ``sql.update``."""
         return {self.model._meta.pk.name: row.pk, "claim_token": token, **self.pending_where}
 
-    def journal_entry(self, row: R, now: datetime) -> dict[str, Any] | None:
-        """The journal entry of delivering ``row`` when its event moved no step of the saga
-        that owns it (``saga_of``), or ``None`` for no entry (the default)."""
+    def journal_entry(self, row: R, kind: JournalKind, now: datetime) -> dict[str, Any] | None:
+        """The entry in its saga's journal of what a pass did to ``row`` — delivered it
+        without moving a step of that saga (``TIMER_FIRED``), gave it up
+        (``DEAD_LETTERED``) — or ``None`` for none (the default)."""
         return None
+
+    def journal(self, rows: Iterable[R], kind: JournalKind, now: datetime) -> None:
+        """Write the :meth:`journal_entry` of each of ``rows`` that has one (one statement)."""
+        entries = [e for row in rows if (e := self.journal_entry(row, kind, now)) is not None]
+        sql.insert(SagaJournalEntry, entries)
 
     def requeued(self) -> dict[str, Any]:
         """The table's own column values that make a dead-lettered row pending again."""

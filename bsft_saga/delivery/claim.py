@@ -18,7 +18,7 @@ from bsft_saga.db import sql
 from bsft_saga.delivery.channel import Channel, R
 from bsft_saga.delivery.failures import CONNECTION_LOST, failure_reason
 from bsft_saga.delivery.heartbeat import Beat
-from bsft_saga.models import DeliveryRow
+from bsft_saga.models import DeliveryRow, JournalKind
 from bsft_saga.querysets import DeliveryQuerySet
 
 logger = logging.getLogger("bsft_saga.delivery")
@@ -236,6 +236,7 @@ def _give_up(channel: Channel[R], where: DeliveryQuerySet[R], rows: list[R], now
         claimed_until=None,
         **channel.dead_lettered(now, ABANDONED),
     )
+    channel.journal(rows, JournalKind.DEAD_LETTERED, now)
     for row in rows:
         logger.error(
             "bsft_saga: %s dead-lettered: its claim ran out %d times (%s)",

@@ -39,7 +39,7 @@ from bsft_saga.delivery.channel import Channel, R
 from bsft_saga.delivery.failures import failure_reason, lost_the_connection
 from bsft_saga.delivery.report import Outcome
 from bsft_saga.delivery.staging import Advance, LostRace, StagedWindow
-from bsft_saga.models import SagaJournalEntry
+from bsft_saga.models import JournalKind
 
 logger = logging.getLogger("bsft_saga.delivery")
 
@@ -316,9 +316,7 @@ class CommitGroup(Generic[R]):
             self._stamp_or_raise(row)
         if owner is not None and not any(window.saga_id == owner for window in windows):
             # Delivered without moving its own saga: the journal still tells of it.
-            entry = self.channel.journal_entry(row, clock.now())
-            if entry is not None:
-                sql.insert(SagaJournalEntry, [entry])
+            self.channel.journal([row], JournalKind.TIMER_FIRED, clock.now())
 
     def _stamp_or_raise(self, row: R) -> None:
         if not self._stamp(row):

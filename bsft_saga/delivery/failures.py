@@ -14,6 +14,7 @@ from bsft_saga.conf import TimeoutSettings
 from bsft_saga.delivery.backoff import retry_delay
 from bsft_saga.delivery.channel import Channel, R
 from bsft_saga.delivery.report import Outcome
+from bsft_saga.models import JournalKind
 
 logger = logging.getLogger("bsft_saga.delivery")
 
@@ -111,6 +112,8 @@ def record_failure(
     try:
         with transaction.atomic():
             recorded = channel.held(token).filter(pk=row.pk).update(**values)
+            if recorded and outcome is Outcome.DEAD_LETTERED:
+                channel.journal([row], JournalKind.DEAD_LETTERED, now)
     except DatabaseError as error:
         if lost_the_connection(error):
             raise

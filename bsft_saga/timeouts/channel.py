@@ -20,7 +20,13 @@ from bsft_saga.engine import lookup
 from bsft_saga.events import codec
 from bsft_saga.events.envelope import Envelope, TimerOrigin
 from bsft_saga.events.registry import event_class, event_type_of
-from bsft_saga.models import SagaInstance, SagaTimeout, TimeoutOutcome, TimeoutScope
+from bsft_saga.models import (
+    JournalKind,
+    SagaInstance,
+    SagaTimeout,
+    TimeoutOutcome,
+    TimeoutScope,
+)
 from bsft_saga.querysets import SagaTimeoutQuerySet
 from bsft_saga.timeouts.catch_up import select_missed
 
@@ -114,6 +120,7 @@ class TimerChannel(Channel[SagaTimeout]):
             return Sorted(rows)
         with transaction.atomic():
             missed = self._stamp_missed([row for row in rows if row.pk in missed_ids], token)
+            self.journal(missed, JournalKind.TIMER_MISSED, now)
         for row in missed:
             telemetry.count("timeout.missed", row.saga.saga_type)
         return Sorted(
@@ -144,10 +151,10 @@ class TimerChannel(Channel[SagaTimeout]):
         saga = row.saga
         return f"timer {row.name!r} (id {row.pk}) of saga {saga.saga_type}[{saga.correlation_key}]"
 
-    def journal_entry(self, row: SagaTimeout, now: datetime) -> dict[str, Any]:
-        """A timer whose event woke no step of its saga (plain receivers sent the reminder)
-        is still part of that saga's story: ``timer_fired``, via the timer."""
-        return journal.timer_fired_entry(row, at=now)
+    def journal_entry(self, row: SagaTimeout, kind: JournalKind, now: datetime) -> dict[str, Any]:
+        """Every timer is part of its saga's story: one that fired without waking a step of
+        it (plain receivers sent the reminder), was missed or was dead-lettered too."""
+        return journal.timer_entry(row, kind, at=now)
 
     def requeued(self) -> dict[str, Any]:
         return {"dispatched_at": None, "outcome": None, "dead_letter_reason": ""}

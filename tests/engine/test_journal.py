@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 from django.contrib.auth import get_user_model
 from django.db import transaction
+from django.test import override_settings
 from freezegun.api import FrozenDateTimeFactory
 
 from bsft_saga import publish
@@ -19,6 +20,7 @@ from bsft_saga.models import (
     SagaInboxEntry,
     SagaInstance,
     SagaJournalEntry,
+    SagaOutboxMessage,
     SagaTimeout,
     TimeoutOutcome,
 )
@@ -41,7 +43,8 @@ from tests.testapp.delayed_events import ShipmentBooked, ShipmentDelivered
 from tests.testapp.delayed_flows import STANDARD_BUDGET, ShipmentFlow
 from tests.testapp.dispatch_events import InvoicePaid, InvoiceSent
 from tests.testapp.dispatch_flows import InvoiceFlow
-from tests.testapp.events import QuoteFollowUpDue, QuoteSent
+from tests.testapp.events import OrderPlaced, QuoteFollowUpDue, QuoteSent, ReserveStock
+from tests.testapp.flows import OrderFlow
 from tests.testapp.timer_flows import QuoteFlow
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -112,6 +115,58 @@ def test_a_timer_that_wakes_no_step_of_its_saga_is_a_timer_fired_entry(
     saga.refresh_from_db()
     assert saga.step_index == 1  # it moved nothing
     assert (fired.step_before, fired.step_after, fired.version) == (None, None, None)
+
+
+def test_a_timer_given_up_is_a_dead_lettered_entry(clock: FrozenDateTimeFactory) -> None:
+    publish(QuoteSent("j-dead"))
+    clock.tick(timedelta(days=2, seconds=1))
+    with (
+        override_settings(BSFT_SAGA={"TIMEOUTS": {"MAX_DISPATCH_ATTEMPTS": 1}}),
+        receiving(QuoteFollowUpDue, fail=True),
+    ):
+        assert drain_due().dead_lettered == 1
+
+    saga = _saga(QuoteFlow.saga_type, "j-dead")
+    [dead] = SagaJournalEntry.objects.filter(saga=saga, kind=JournalKind.DEAD_LETTERED)
+    assert (dead.via, dead.timer_name, dead.at) == (
+        JournalVia.TIMER,
+        "followup",
+        T0 + timedelta(days=2, seconds=1),
+    )
+    assert not SagaJournalEntry.objects.filter(saga=saga, kind=JournalKind.TIMER_FIRED).exists()
+
+
+def test_a_timer_the_catch_up_policy_discards_is_a_timer_missed_entry(
+    clock: FrozenDateTimeFactory,
+) -> None:
+    publish(QuoteSent("j-missed"))
+    clock.tick(timedelta(days=10))  # both reminders overdue by days: an outage
+    policy = {"CATCH_UP_POLICY": "skip_beyond_max_age", "MAX_CATCH_UP_AGE": timedelta(days=1)}
+    with override_settings(BSFT_SAGA={"TIMEOUTS": policy}), receiving(QuoteFollowUpDue) as mails:
+        assert drain_due().missed == 2
+
+    saga = _saga(QuoteFlow.saga_type, "j-missed")
+    missed = SagaJournalEntry.objects.filter(saga=saga, kind=JournalKind.TIMER_MISSED)
+    assert sorted(missed.values_list("timer_name", flat=True)) == ["callback", "followup"]
+    assert mails == []
+
+
+def test_an_event_a_step_published_that_is_given_up_is_a_dead_lettered_entry() -> None:
+    with (
+        override_settings(BSFT_SAGA={"TIMEOUTS": {"MAX_DISPATCH_ATTEMPTS": 1}}),
+        receiving(ReserveStock, fail=True),
+    ):
+        publish(OrderPlaced("j-stock"))  # its step publishes ReserveStock through the outbox
+
+    saga = _saga(OrderFlow.saga_type, "j-stock")
+    [dead] = SagaJournalEntry.objects.filter(saga=saga, kind=JournalKind.DEAD_LETTERED)
+    row = SagaOutboxMessage.objects.get(saga=saga)
+    assert (dead.via, dead.event_type, dead.message_id) == (
+        JournalVia.OUTBOX,
+        row.event_type,
+        row.pk,
+    )
+    assert row.dead_lettered_at is not None
 
 
 def test_a_deferred_publish_is_an_entry_via_the_outbox() -> None:
