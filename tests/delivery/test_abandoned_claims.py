@@ -24,7 +24,14 @@ from bsft_saga import publish
 from bsft_saga.conf import saga_settings
 from bsft_saga.delivery.channel import Channel
 from bsft_saga.delivery.claim import ABANDONED, claim
-from bsft_saga.models import SagaInstance, SagaOutboxMessage, SagaTimeout, TimeoutOutcome
+from bsft_saga.models import (
+    JournalKind,
+    SagaInstance,
+    SagaJournalEntry,
+    SagaOutboxMessage,
+    SagaTimeout,
+    TimeoutOutcome,
+)
 from bsft_saga.outbox import OUTBOX, deliver_pending
 from bsft_saga.timeouts import DrainReport, drain_due
 from bsft_saga.timeouts.channel import TIMERS
@@ -119,6 +126,9 @@ def test_a_row_whose_claims_keep_running_out_is_dead_lettered_unpublished_and_co
     assert timer.dead_lettered_at == timezone.now()
     assert _counts([key]) == [0]
     assert otel.counter_value("bsft.saga.timeout.dead_lettered", **attributes) == before + 1
+    # Its saga's journal says so, naming the timer.
+    [entry] = SagaJournalEntry.objects.filter(saga=timer.saga, kind=JournalKind.DEAD_LETTERED)
+    assert (entry.timer_name, entry.message_id) == (timer.name, timer.message_id)
 
     requeue_dead_lettered([timer.pk])  # the operator fixed what killed the passes
     assert drain_due() == DrainReport(fired=1)
