@@ -63,7 +63,7 @@ class DispatcherStatus:
     @classmethod
     def of(cls, row: SagaDispatcher, *, now: datetime, stale_after: timedelta) -> DispatcherStatus:
         assert row.last_pass_at is not None  # listed_dispatchers() reads passed ones only
-        idle = max(0.0, (now - row.last_pass_at).total_seconds())
+        idle = _idle_seconds(row.last_pass_at, now)
         return cls(
             id=row.id,
             kind=row.kind,
@@ -91,6 +91,11 @@ class DispatcherStatus:
             "idle_seconds": self.idle_seconds,
             "stale": self.stale,
         }
+
+
+def _idle_seconds(last_pass_at: datetime, now: datetime) -> float:
+    # Never negative: the dispatcher's host may run a little ahead of this one.
+    return max(0.0, (now - last_pass_at).total_seconds())
 
 
 def listed_dispatchers(
@@ -150,7 +155,7 @@ def claimer_of(row: DeliveryRow, *, now: datetime | None = None) -> Claimer:
         dispatcher = SagaDispatcher.objects.filter(pk=row.claimed_by).first()
     idle = stale = None
     if dispatcher is not None and dispatcher.last_pass_at is not None:
-        idle = max(0.0, (moment - dispatcher.last_pass_at).total_seconds())
+        idle = _idle_seconds(dispatcher.last_pass_at, moment)
         stale = idle > stale_after().total_seconds()
     # A row loaded by readable_rows() may hold a date it could not read: no status then.
     readable = not unreadable_fields(row)

@@ -66,34 +66,34 @@ def transition_entry(
     whole group in one statement (``sql.update_then_insert_each``).
     """
     timer = envelope.timer
-    return {
-        "saga": saga_id,
-        "at": at,
-        "kind": kind,
-        "event_type": envelope.event_type,
-        "message_id": envelope.message_id,
-        "step_before": step_before,
-        "step_after": step_after,
-        "version": version,
-        "via": via,
-        "timer_name": timer.name if timer is not None else "",
-        "user": "",
-        "correlation_id": envelope.correlation_id or "",
-    }
+    return _entry(
+        saga_id,
+        kind,
+        via,
+        at=at,
+        event_type=envelope.event_type,
+        message_id=envelope.message_id,
+        step_before=step_before,
+        step_after=step_after,
+        version=version,
+        timer_name=timer.name if timer is not None else "",
+        correlation_id=envelope.correlation_id or "",
+    )
 
 
 def timer_entry(timer: SagaTimeout, kind: JournalKind, *, at: datetime) -> dict[str, Any]:
     """The entry of what became of ``timer`` in a pass (it fired without waking a step of its
     saga, the catch-up policy missed it, it was dead-lettered): its name and its event."""
-    return _delivery_entry(
+    # Nothing moved the saga: no steps, no version.
+    return _entry(
         timer.saga_id,
         kind,
-        via=JournalVia.TIMER,
+        JournalVia.TIMER,
+        at=at,
         timer_name=timer.name,
         event_type=timer.event_type,
         message_id=timer.message_id,
         correlation_id=timer.correlation_id,
-        at=at,
     )
 
 
@@ -101,42 +101,46 @@ def outbox_entry(message: SagaOutboxMessage, kind: JournalKind, *, at: datetime)
     """The entry of what became of an outbox row a step of its saga published (it was
     dead-lettered): its event."""
     assert message.saga_id is not None
-    return _delivery_entry(
+    return _entry(
         message.saga_id,
         kind,
-        via=JournalVia.OUTBOX,
-        timer_name="",
+        JournalVia.OUTBOX,
+        at=at,
         event_type=message.event_type,
         message_id=message.pk,
         correlation_id=message.correlation_id,
-        at=at,
     )
 
 
-def _delivery_entry(
+def _entry(
     saga_id: uuid.UUID,
     kind: JournalKind,
-    *,
     via: JournalVia,
-    timer_name: str,
-    event_type: str,
-    message_id: uuid.UUID,
-    correlation_id: str,
+    *,
     at: datetime,
+    event_type: str = "",
+    message_id: uuid.UUID | None = None,
+    step_before: int | None = None,
+    step_after: int | None = None,
+    version: int | None = None,
+    timer_name: str = "",
+    user: str = "",
+    correlation_id: str = "",
 ) -> dict[str, Any]:
-    # Nothing moved the saga: no steps, no version.
+    """One entry's row. Every entry names every field, so that rows of any kind can be
+    written in one statement (``sql.insert``, ``sql.update_then_insert_each``)."""
     return {
         "saga": saga_id,
         "at": at,
         "kind": kind,
         "event_type": event_type,
         "message_id": message_id,
-        "step_before": None,
-        "step_after": None,
-        "version": None,
+        "step_before": step_before,
+        "step_after": step_after,
+        "version": version,
         "via": via,
         "timer_name": timer_name,
-        "user": "",
+        "user": user,
         "correlation_id": correlation_id,
     }
 
@@ -160,25 +164,21 @@ def record_action(
     unchanged by the action (``step_before`` and ``step_after``); ``version`` its version
     after the action, when the action moved it on.
     """
-    sql.insert(
-        SagaJournalEntry,
-        [
-            {
-                "saga": saga_id,
-                "at": at or clock.now(),
-                "kind": kind,
-                "event_type": event_type,
-                "message_id": message_id,
-                "step_before": step,
-                "step_after": step,
-                "version": version,
-                "via": JournalVia.OPERATOR,
-                "timer_name": timer_name,
-                "user": username(user),
-                "correlation_id": correlation_id,
-            }
-        ],
+    entry = _entry(
+        saga_id,
+        kind,
+        JournalVia.OPERATOR,
+        at=at or clock.now(),
+        event_type=event_type,
+        message_id=message_id,
+        step_before=step,
+        step_after=step,
+        version=version,
+        timer_name=timer_name,
+        user=username(user),
+        correlation_id=correlation_id,
     )
+    sql.insert(SagaJournalEntry, [entry])
 
 
 def record_timer_action(
