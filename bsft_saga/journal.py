@@ -187,6 +187,7 @@ def record_timer_action(
     *,
     user: Any = None,
     step: int | None = None,
+    version: int | None = None,
     at: datetime | None = None,
 ) -> None:
     """:func:`record_action` for an action on ``timer``: its name and the event it publishes
@@ -200,6 +201,7 @@ def record_timer_action(
         message_id=timer.message_id,
         correlation_id=timer.correlation_id,
         step=step,
+        version=version,
         at=at,
     )
 

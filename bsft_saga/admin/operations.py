@@ -9,7 +9,9 @@
   (:func:`bsft_saga.timeouts.expedite.fire_now`).
 - :class:`TimerLeversAction` (``cancel_timeouts`` and ``reschedule_timeout``, permission
   ``bsft_saga.change_sagatimeout``): cancel the selected pending timers, or move one to a
-  new due time typed in a form (:mod:`bsft_saga.timeouts.levers`).
+  new due time typed in a form (:mod:`bsft_saga.timeouts.levers`). A ``with_deadline``
+  timer is never canceled, and rescheduling it (which moves the saga's deadline) also
+  needs ``bsft_saga.terminate_saga``.
 
 Each action is a mixin for the ``ModelAdmin`` that offers it. The *stuck* filter lives in
 :mod:`bsft_saga.admin` next to the *stalled* one; the status summary of the app index page
@@ -39,6 +41,7 @@ from bsft_saga.db.datetimes import EARLIEST, LATEST, storable
 from bsft_saga.engine import termination
 from bsft_saga.events.codec import unstorable_text
 from bsft_saga.timeouts import expedite, levers
+from bsft_saga.timeouts.requests import DEADLINE_TIMER_NAME
 
 TERMINATE_PERMISSION = "bsft_saga.terminate_saga"
 FIRE_NOW_PERMISSION = "bsft_saga.change_sagatimeout"
@@ -246,10 +249,14 @@ class TimerLeversAction:
                         [report.refused],
                     )
                 else:
+                    done = (
+                        _("Timer %(name)r is due at %(due)s; the saga's deadline moved with it.")
+                        if report.deadline_moved
+                        else _("Timer %(name)r is due at %(due)s.")
+                    )
                     modeladmin.message_user(
                         request,
-                        _("Timer %(name)r is due at %(due)s.")
-                        % {"name": timer.name, "due": format_moment(due_at)},
+                        done % {"name": timer.name, "due": format_moment(due_at)},
                         messages.SUCCESS,
                     )
                 return None
@@ -265,6 +272,9 @@ class TimerLeversAction:
             "retired_as": None if timer.is_pending else timer.get_outcome_display(),
             "claimed_until": claimer.lease_ends if claimer.claimed else None,
             "claimer": holder_name(claimer),
+            "is_deadline": timer.name == DEADLINE_TIMER_NAME,
+            "may_move_deadline": expedite.may_move_deadline(request.user),
+            "deadline_permission": expedite.DEADLINE_PERMISSION,
             "action_checkbox_name": helpers.ACTION_CHECKBOX_NAME,
             "due_at": typed,
             "due_at_error": error,

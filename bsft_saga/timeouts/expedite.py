@@ -20,10 +20,11 @@ from bsft_saga.models import JournalKind, SagaTimeout
 from bsft_saga.moments import format_moment
 from bsft_saga.timeouts.requests import DEADLINE_TIMER_NAME
 
-__all__ = ["DEADLINE_PERMISSION", "FireNowReport", "fire_now"]
+__all__ = ["DEADLINE_PERMISSION", "FireNowReport", "fire_now", "may_move_deadline"]
 
 #: Firing a ``with_deadline`` timer runs the flow's ``on_expired``, which usually ends the
 #: saga: it needs what terminating one needs (the admin's ``terminate_sagas`` permission).
+#: So does rescheduling it (:mod:`bsft_saga.timeouts.levers`), which moves the deadline.
 DEADLINE_PERMISSION = "bsft_saga.terminate_saga"
 
 
@@ -82,7 +83,7 @@ def fire_now(ids: Iterable[int], *, user: Any = None, now: datetime | None = Non
         if row is None:
             refused.append((pk, f"timeout {pk} does not exist"))
             continue
-        if row.name == DEADLINE_TIMER_NAME and not _may_fire_deadline(user):
+        if row.name == DEADLINE_TIMER_NAME and not may_move_deadline(user):
             refused.append(
                 (
                     pk,
@@ -129,7 +130,9 @@ def fire_now(ids: Iterable[int], *, user: Any = None, now: datetime | None = Non
     return FireNowReport(due_now=due_now, held=held, refused=refused)
 
 
-def _may_fire_deadline(user: Any) -> bool:
+def may_move_deadline(user: Any) -> bool:
+    """Whether ``user`` may fire or reschedule a ``with_deadline`` timer: one who holds
+    ``DEADLINE_PERMISSION``, or ``None`` (code, or a command run by the operator)."""
     return user is None or bool(user.has_perm(DEADLINE_PERMISSION))
 
 

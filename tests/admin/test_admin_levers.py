@@ -1,4 +1,5 @@
-"""The timer levers of the admin: ``cancel_timeouts`` and ``reschedule_timeout``."""
+"""The timer levers of the admin: ``cancel_timeouts`` and ``reschedule_timeout``; a
+saga's deadline timer is never canceled, and moving it also needs the terminate permission."""
 
 from __future__ import annotations
 
@@ -10,11 +11,20 @@ import pytest
 from django.test import Client
 from django.utils.html import strip_tags
 
-from bsft_saga import clock
-from bsft_saga.models import SagaAuditRecord, SagaDispatcher, SagaTimeout, TimeoutOutcome
+from bsft_saga import clock, publish
+from bsft_saga.models import (
+    SagaAuditRecord,
+    SagaDispatcher,
+    SagaInstance,
+    SagaTimeout,
+    TimeoutOutcome,
+)
 from bsft_saga.moments import format_moment
+from bsft_saga.timeouts.requests import DEADLINE_TIMER_NAME
 from tests.admin.test_admin import _messages, _url, _user
 from tests.admin.test_admin_operations import OPERATOR, offered_actions
+from tests.admin.test_admin_picture import _groups, _picture, _text
+from tests.testapp.ops_events import QuoteSent
 from tests.testapp.ops_flows import make_saga, make_timeout
 
 pytestmark = pytest.mark.django_db
@@ -164,3 +174,82 @@ def test_the_levers_need_the_change_permission() -> None:
 
     assert not {"cancel_timeouts", "reschedule_timeout"} & offered_actions(changelist)
     assert SagaTimeout.objects.get(pk=timer.pk).is_pending
+
+
+# -- the deadline timer ------------------------------------------------------------------------
+
+
+def _deadline_timer(key: str) -> SagaTimeout:
+    """The ``with_deadline`` timer of a new ``QuoteFollowUpFlow`` (14 days ahead)."""
+    publish(QuoteSent(key))
+    return SagaTimeout.objects.get(saga__correlation_key=key, name=DEADLINE_TIMER_NAME)
+
+
+def test_rescheduling_the_deadline_timer_needs_the_terminate_permission_too() -> None:
+    deadline = _deadline_timer("q-dl")
+    before = deadline.saga.deadline
+    operator = _user("operator", *OPERATOR)
+
+    form = _act(operator, "reschedule_timeout", deadline)
+    moved = _act(
+        operator, "reschedule_timeout", deadline, post="yes", due_at="2031-05-06T07:08:09Z"
+    )
+
+    assert _form_text(form, "saga-timer-deadline") == (
+        "It is the saga's deadline: moving it needs the permission bsft_saga.terminate_saga, "
+        "so rescheduling it is refused."
+    )
+    messages = _messages(moved)
+    assert ("warning", "The timer was not rescheduled:") in messages
+    assert any(
+        f"(id {deadline.pk}) of saga quotes.follow-up[q-dl] is the saga's deadline" in text
+        and "needs the permission bsft_saga.terminate_saga" in text
+        for _level, text in messages
+    )
+    deadline.refresh_from_db()
+    assert deadline.due_at == before
+    assert SagaInstance.objects.get(pk=deadline.saga_id).deadline == before
+    assert not SagaAuditRecord.objects.filter(action="saga.timeout.rescheduled").exists()
+
+
+def test_an_operator_who_may_terminate_moves_the_saga_s_deadline_with_its_timer() -> None:
+    deadline = _deadline_timer("q-move")
+    before = SagaInstance.objects.get(pk=deadline.saga_id).deadline
+    new_time = datetime(2031, 5, 6, 7, 8, 9, tzinfo=UTC)
+    operator = _user("ops", *OPERATOR, "terminate_saga", "view_sagainstance")
+
+    form = _act(operator, "reschedule_timeout", deadline)
+    moved = _act(
+        operator, "reschedule_timeout", deadline, post="yes", due_at="2031-05-06T07:08:09Z"
+    )
+
+    assert _form_text(form, "saga-timer-deadline") == (
+        f"It is the saga's deadline (now {format_moment(before)}): rescheduling "
+        "it moves the deadline with it, and the flow's on_expired runs when it fires."
+    )
+    assert (
+        "success",
+        "Timer 'bsft_saga.deadline' is due at 2031-05-06 07:08:09 UTC; the saga's deadline "
+        "moved with it.",
+    ) in _messages(moved)
+    assert SagaInstance.objects.get(pk=deadline.saga_id).deadline == new_time
+    # The instance page's picture dates the deadline where it is now.
+    page = operator.get(_url("sagainstance", "change", deadline.saga_id)).content.decode()
+    (note,) = _groups(_picture(page), "deadline")
+    assert _text(note).splitlines()[-1] == "deadline at 2031-05-06 07:08:09 UTC"
+
+
+def test_cancel_timeouts_refuses_the_deadline_timer_even_to_who_may_terminate() -> None:
+    deadline = _deadline_timer("q-cancel")
+    free = make_timeout(deadline.saga, "free", due_at=clock.now() + timedelta(days=1))
+
+    response = _act(_user("ops", *OPERATOR, "terminate_saga"), "cancel_timeouts", deadline, free)
+
+    messages = _messages(response)
+    assert ("success", "1 timer was canceled; it will not fire.") in messages
+    assert ("warning", "1 timer was not canceled:") in messages
+    assert any(
+        "can never expire; reschedule it to move the deadline, or terminate the saga" in text
+        for _level, text in messages
+    )
+    assert SagaTimeout.objects.get(pk=deadline.pk).is_pending

@@ -1,22 +1,45 @@
-"""An operator's levers: cancel timers, reschedule one, terminate a saga by flow and key."""
+"""An operator's levers: cancel timers, reschedule one, terminate a saga by flow and key.
+
+A saga's deadline timer is its deadline: rescheduling it moves the deadline, canceling it is
+refused. A lever on a timer whose claim's lease ran out takes it from the pass that claimed it.
+"""
 
 from __future__ import annotations
 
 import uuid
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import pytest
+from django.contrib.auth.models import Permission, User
 from django.core.management import CommandError
+from freezegun import freeze_time
 
-from bsft_saga import clock
+from bsft_saga import clock, publish
 from bsft_saga.conf import saga_settings
 from bsft_saga.delivery.claim import claim
-from bsft_saga.models import SagaAuditRecord, SagaInstance, SagaTimeout, TimeoutOutcome
+from bsft_saga.events import event_type_of
+from bsft_saga.models import (
+    JournalKind,
+    SagaAuditRecord,
+    SagaInstance,
+    SagaJournalEntry,
+    SagaOutboxMessage,
+    SagaTimeout,
+    TimeoutOutcome,
+)
+from bsft_saga.moments import format_moment
+from bsft_saga.signals import event_published
 from bsft_saga.timeouts import drain_due
 from bsft_saga.timeouts.channel import TIMERS
-from bsft_saga.timeouts.levers import cancel_timers, reschedule_timer
-from tests.operations.test_commands import run, start_reminders
+from bsft_saga.timeouts.levers import RescheduleReport, cancel_timers, reschedule_timer
+from bsft_saga.timeouts.requests import DEADLINE_TIMER_NAME
+from tests.operations.test_commands import completed, run, start_reminders
+from tests.support.timer_fixtures import T0
+from tests.testapp.ops_events import ReminderDue
 from tests.testapp.ops_flows import REMINDER_SAGA_TYPE, make_saga, make_timeout
+from tests.testapp.timer_events import CreditRequested, PaymentDebited, PaymentRequested
+from tests.testapp.timer_flows import PaymentFlow, the_saga
 
 pytestmark = pytest.mark.django_db
 
@@ -149,3 +172,130 @@ def test_terminate_saga_by_flow_and_key_reaches_a_flow_no_longer_installed() -> 
     with pytest.raises(CommandError) as error:
         run("terminate_saga", "--flow", "tests.ops.retired-flow", "--key", "k", "--reason", "x")
     assert str(error.value) == "no active instance of 'tests.ops.retired-flow' has the key 'k'"
+
+
+# -- the deadline timer ------------------------------------------------------------------------
+
+
+def _deadline_of(flow: type, key: str) -> SagaTimeout:
+    return SagaTimeout.objects.get(
+        saga__saga_type=flow.saga_type, saga__correlation_key=key, name=DEADLINE_TIMER_NAME
+    )
+
+
+def test_rescheduling_the_deadline_timer_moves_the_saga_s_deadline_and_what_it_publishes() -> None:
+    publish(PaymentRequested("p-late"))
+    deadline = _deadline_of(PaymentFlow, "p-late")
+    before = the_saga(PaymentFlow, "p-late")
+    new_time = (clock.now() + timedelta(days=2)).replace(microsecond=0)
+
+    stdout, _ = run("reschedule_saga_timeout", str(deadline.pk), "--to", new_time.isoformat())
+
+    assert f"is due at {format_moment(new_time)}; the saga's deadline moved with it." in stdout
+    saga = the_saga(PaymentFlow, "p-late")
+    assert (saga.deadline, saga.version) == (new_time, before.version + 1)
+    entry = SagaJournalEntry.objects.filter(saga=saga).order_by("id").last()
+    assert entry is not None
+    assert (entry.kind, entry.timer_name, entry.version) == (
+        JournalKind.TIMER_RESCHEDULED,
+        DEADLINE_TIMER_NAME,
+        saga.version,
+    )
+    # The step woken next publishes under the deadline as it is now.
+    publish(PaymentDebited("p-late"))
+    credit = SagaOutboxMessage.objects.get(saga=saga, event_type=event_type_of(CreditRequested))
+    assert credit.deadline == new_time
+
+
+def test_a_deadline_rescheduled_to_now_by_a_command_expires_the_saga_at_the_next_pass() -> None:
+    publish(PaymentRequested("p-now"))
+    deadline = _deadline_of(PaymentFlow, "p-now")
+
+    run("reschedule_saga_timeout", str(deadline.pk), "--to", clock.now().isoformat())
+    drain_due()
+
+    saga = the_saga(PaymentFlow, "p-now")
+    assert (saga.is_complete, saga.state["expired"]) == (True, True)
+
+
+def test_canceling_the_deadline_timer_is_refused_and_points_to_reschedule_and_terminate() -> None:
+    publish(PaymentRequested("p-keep"))
+    deadline = _deadline_of(PaymentFlow, "p-keep")
+    saga = deadline.saga
+
+    with pytest.raises(CommandError, match=f"1 timer\\(s\\) not canceled: {deadline.pk}"):
+        run("cancel_saga_timeouts", str(deadline.pk))
+    report = cancel_timers([deadline.pk])
+
+    [(pk, reason)] = report.refused
+    assert (pk, report.canceled) == (deadline.pk, [])
+    assert reason == (
+        f"timer 'bsft_saga.deadline' (id {deadline.pk}) of saga {saga.saga_type}[p-keep] is "
+        "the saga's deadline: canceled, it would leave a saga that can never expire; "
+        "reschedule it to move the deadline, or terminate the saga"
+    )
+    assert SagaTimeout.objects.get(pk=deadline.pk).is_pending
+    assert _actions() == []
+
+
+def test_rescheduling_the_deadline_needs_the_terminate_permission_from_a_user() -> None:
+    publish(PaymentRequested("p-perm"))
+    deadline = _deadline_of(PaymentFlow, "p-perm")
+    saga = deadline.saga
+    new_time = clock.now() + timedelta(days=2)
+    operator = User.objects.create_user("operator")
+    operator.user_permissions.set(Permission.objects.filter(codename="change_sagatimeout"))
+
+    report = reschedule_timer(deadline.pk, new_time, user=operator)
+
+    assert report.refused == (
+        f"timer 'bsft_saga.deadline' (id {deadline.pk}) of saga {saga.saga_type}[p-perm] is "
+        "the saga's deadline: rescheduling it moves the deadline (and, once due, runs the "
+        "flow's on_expired), which needs the permission bsft_saga.terminate_saga"
+    )
+    assert SagaTimeout.objects.get(pk=deadline.pk).due_at == deadline.due_at
+    assert the_saga(PaymentFlow, "p-perm").deadline == saga.deadline
+    assert _actions() == []
+    operator.user_permissions.add(Permission.objects.get(codename="terminate_saga"))
+    operator = User.objects.get(pk=operator.pk)  # the permission cache is per instance
+    assert reschedule_timer(deadline.pk, new_time, user=operator).deadline_moved
+    assert the_saga(PaymentFlow, "p-perm").deadline == new_time
+
+
+# -- a claim whose lease ran out -----------------------------------------------------------------
+
+
+def test_a_reschedule_after_the_lease_ran_out_takes_the_timer_from_the_stale_pass() -> None:
+    with freeze_time(T0) as frozen:
+        start_reminders("r-stale")
+        timer = SagaTimeout.objects.get(saga__correlation_key="r-stale")
+        later = T0 + timedelta(hours=1)
+        moved: list[RescheduleReport] = []
+
+        def stall_then_reschedule(sender: type, *, envelope: Any, **kwargs: Any) -> None:
+            # The pass has claimed the timer and is running it when it stalls past its
+            # lease; meanwhile the operator moves the timer.
+            frozen.tick(saga_settings.timeouts.claim_lease + timedelta(seconds=1))
+            moved.append(reschedule_timer(timer.pk, later))
+
+        event_published.connect(stall_then_reschedule, sender=ReminderDue, weak=False)
+        try:
+            stale = drain_due()
+        finally:
+            event_published.disconnect(stall_then_reschedule, sender=ReminderDue)
+
+        [report] = moved
+        assert (report.refused, report.due_at) == (None, later)
+        # The stale pass could not stamp it: pending at its new time, its step not written.
+        assert (stale.fired, stale.unclaimed) == (0, 1)
+        row = SagaTimeout.objects.get(pk=timer.pk)
+        assert (row.is_pending, row.due_at, row.claim_token) == (True, later, None)
+        assert not completed("r-stale")
+
+        frozen.move_to(later)
+        assert drain_due().fired == 1
+
+    assert completed("r-stale") == {"r-stale"}
+    saga = SagaInstance.objects.get(correlation_key="r-stale")
+    kinds = list(saga.journal.order_by("id").values_list("kind", flat=True))
+    assert kinds == [JournalKind.STARTED, JournalKind.TIMER_RESCHEDULED, JournalKind.COMPLETED]

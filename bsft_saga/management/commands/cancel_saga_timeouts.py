@@ -14,8 +14,10 @@ class Command(BaseCommand):
     help = (
         "Cancel pending timers that no dispatcher holds: each is retired as 'canceled', "
         "unpublished, with an audit record 'saga.timeout.canceled'. Timers that do not exist, "
-        "are no longer pending or are held by a dispatcher's claim are refused: the others "
-        "are canceled, the refused ones are named, and the command then fails (exit status 1)."
+        "are no longer pending, are held by a dispatcher's claim or are a saga's deadline "
+        "(bsft_saga.deadline: reschedule it with reschedule_saga_timeout, or terminate the "
+        "saga) are refused: the others are canceled, the refused ones are named, and the "
+        "command then fails (exit status 1)."
     )
 
     def add_arguments(self, parser: CommandParser) -> None:

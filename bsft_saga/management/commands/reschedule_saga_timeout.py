@@ -15,7 +15,8 @@ class Command(BaseCommand):
     help = (
         "Move a pending timer that no dispatcher holds to a new due time (ISO 8601; naive "
         "means TIME_ZONE), with an audit record 'saga.timeout.rescheduled'. Its payload, "
-        "attempts and message id stay. A timer that does not exist, is no longer pending or "
+        "attempts and message id stay. A saga's deadline timer (bsft_saga.deadline) moves "
+        "the saga's deadline with it. A timer that does not exist, is no longer pending or "
         "is held by a dispatcher's claim is refused (exit status 1)."
     )
 
@@ -31,4 +32,5 @@ class Command(BaseCommand):
             raise CommandError(f"refused {pk}: {report.refused}")
         if int(options["verbosity"]) >= 1 and report.due_at is not None:
             when = format_moment(report.due_at)
-            self.stdout.write(self.style.SUCCESS(f"Timer {pk} is due at {when}."))
+            moved = "; the saga's deadline moved with it" if report.deadline_moved else ""
+            self.stdout.write(self.style.SUCCESS(f"Timer {pk} is due at {when}{moved}."))
