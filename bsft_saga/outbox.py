@@ -93,6 +93,21 @@ class OutboxChannel(Channel[SagaOutboxMessage]):
             return None
         return journal.outbox_entry(row, kind, at=now)
 
+    def requeue_refusal(self, row: SagaOutboxMessage) -> str | None:
+        """A message a step published is not requeued once its saga has completed after
+        that step (escalated, expired, terminated): delivered now, it would act for a saga
+        that has ended. What the completing step itself published (a refund, a result) is
+        the saga's last word, and is requeued."""
+        saga = row.saga
+        if saga is None or not saga.is_complete:
+            return None
+        if saga.completed_at is not None and row.created_at >= saga.completed_at:
+            return None
+        return (
+            f"{self.describe(row)} was published before its saga completed; delivered now, "
+            "it would act for a saga that has ended (publish what is still needed yourself)"
+        )
+
 
 OUTBOX = OutboxChannel()
 

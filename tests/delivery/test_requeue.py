@@ -1,7 +1,7 @@
 """Requeueing dead letters, timers and outbox rows alike: a requeue sets ``attempts`` to 0
 and ``next_attempt_at`` to null, so the row gets its full retry budget again at once; a
 step-scoped timer whose wait has ended stays dead-lettered (firing it would wake a step the
-saga has left).
+saga has left), and so does an outbox row a step published before its saga completed.
 """
 
 from __future__ import annotations
@@ -21,6 +21,8 @@ from freezegun.api import FrozenDateTimeFactory
 
 from bsft_saga import clock, publish
 from bsft_saga.audit import OUTBOX_REQUEUED, TIMEOUT_REQUEUED
+from bsft_saga.engine.termination import terminate
+from bsft_saga.events import event_type_of
 from bsft_saga.models import (
     SagaAuditRecord,
     SagaInstance,
@@ -34,8 +36,23 @@ from bsft_saga.timeouts import drain_due
 from bsft_saga.timeouts.maintenance import requeue_dead_lettered
 from tests.testapp.engine_events import Unrouted
 from tests.testapp.ops_flows import make_saga, make_timeout
-from tests.testapp.timer_events import ProbeDue, ProbePoked, ProbeStarted
-from tests.testapp.timer_flows import ProbeFlow, schedule_probe_due, the_saga, timers_of
+from tests.testapp.timer_events import (
+    DebitRequested,
+    PaymentDebited,
+    PaymentRequested,
+    ProbeDue,
+    ProbePoked,
+    ProbeStarted,
+    RefundRequested,
+)
+from tests.testapp.timer_flows import (
+    PAYMENT_BUDGET,
+    PaymentFlow,
+    ProbeFlow,
+    schedule_probe_due,
+    the_saga,
+    timers_of,
+)
 
 pytestmark = pytest.mark.django_db
 
@@ -255,6 +272,66 @@ def test_the_outbox_admin_action_requeues_for_holders_of_the_change_permission(
         ("success", "1 dead-lettered outbox message was requeued; the next drain delivers it.")
     ]
     assert SagaOutboxMessage.objects.get().dead_lettered_at is None
+
+
+def _dead_lettered_outbox(record: Any, event_class: type, act: Any) -> SagaOutboxMessage:
+    """The outbox row of ``event_class`` that ``act`` stages, dead-lettered by a failing
+    receiver."""
+    receiver = record(event_class)
+    receiver.fail_with = ConnectionError("mail server down")
+    act()
+    with override_settings(BSFT_SAGA={"TIMEOUTS": {"MAX_DISPATCH_ATTEMPTS": 1}}):
+        deliver_pending()
+    receiver.fail_with = None
+    row = SagaOutboxMessage.objects.get(event_type=event_type_of(event_class))
+    assert row.dead_lettered_at is not None
+    return row
+
+
+def test_an_outbox_row_published_before_its_saga_completed_is_refused_and_named(
+    record: Any,
+) -> None:
+    # The step asked for a debit; the saga then escalated (an operator terminated it).
+    row = _dead_lettered_outbox(record, DebitRequested, lambda: publish(PaymentRequested("p-e")))
+    saga = the_saga(PaymentFlow, "p-e")
+    terminate([saga.pk], reason="escalated")
+    operator = _staff("view_sagaoutboxmessage", "change_sagaoutboxmessage")
+    err = StringIO()
+
+    result = requeue_outbox([row.pk])
+    with pytest.raises(CommandError, match=rf"1 outbox message\(s\) not requeued: {row.pk}$"):
+        call_command("requeue_saga_outbox", "--id", str(row.pk), stdout=StringIO(), stderr=err)
+    response = operator.post(
+        reverse("admin:bsft_saga_sagaoutboxmessage_changelist"),
+        {"action": "requeue_dead_lettered", "_selected_action": [str(row.pk)]},
+    )
+
+    reason = (
+        f"outbox message 'tests.timers.debit-requested' (id {row.pk}) of saga "
+        f"{PaymentFlow.saga_type}[p-e] was published before its saga completed; delivered "
+        "now, it would act for a saga that has ended (publish what is still needed yourself)"
+    )
+    assert (result.requeued, result.refused) == (0, [(row.pk, reason)])
+    assert f"refused {row.pk}: {reason}" in err.getvalue()
+    assert ("warning", reason) in _messages(response)
+    assert SagaOutboxMessage.objects.get(pk=row.pk).dead_lettered_at is not None
+    assert not SagaAuditRecord.objects.filter(action=OUTBOX_REQUEUED).exists()
+
+
+def test_what_the_step_that_completed_the_saga_published_is_requeued(
+    clock: FrozenDateTimeFactory, record: Any
+) -> None:
+    # on_expired refunds the debited payment and completes the saga in one step: the refund
+    # is the saga's last word, and must go out however late.
+    publish(PaymentRequested("p-r"))
+    publish(PaymentDebited("p-r"))
+    clock.tick(PAYMENT_BUDGET)
+
+    row = _dead_lettered_outbox(record, RefundRequested, drain_due)
+
+    assert the_saga(PaymentFlow, "p-r").is_complete
+    assert requeue_outbox([row.pk]).requeued == 1
+    assert deliver_pending().delivered == 1
 
 
 # --- every requeue is audited, like fire-now and terminate ------------------------------------

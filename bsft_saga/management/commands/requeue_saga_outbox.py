@@ -15,8 +15,9 @@ class Command(RequeueCommand):
     help = (
         "Requeue dead-lettered outbox messages (deferred and staged events): attempts are "
         "reset and the next drain delivers them again, with the same message id. Fix the "
-        "cause first (a receiver that kept failing, a renamed event type). Ids that cannot "
-        "be requeued are named, and the command then exits with an error."
+        "cause first (a receiver that kept failing, a renamed event type). A message a step "
+        "published before its saga completed is refused. Ids that cannot be requeued are "
+        "named, and the command then exits with an error."
     )
     noun = "outbox message"
     id_metavar = "UUID"
