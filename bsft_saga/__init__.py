@@ -13,6 +13,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "Envelope",
+    "PublishDepthExceeded",
     "SagaContext",
     "SagaFlow",
     "UnknownEventType",
@@ -30,6 +31,7 @@ _LAZY = {
     "publish": "bsft_saga.publishing",
     "apublish": "bsft_saga.publishing",
     "deadline_exceeded": "bsft_saga.events.envelope",
+    "PublishDepthExceeded": "bsft_saga.exceptions",
     "UnknownEventType": "bsft_saga.exceptions",
     "UnknownFlowVersion": "bsft_saga.exceptions",
     "SagaFlow": "bsft_saga.flows",
@@ -40,7 +42,7 @@ if TYPE_CHECKING:
     from bsft_saga.engine.context import SagaContext
     from bsft_saga.events.envelope import Envelope, deadline_exceeded
     from bsft_saga.events.registry import event
-    from bsft_saga.exceptions import UnknownEventType, UnknownFlowVersion
+    from bsft_saga.exceptions import PublishDepthExceeded, UnknownEventType, UnknownFlowVersion
     from bsft_saga.flows import SagaFlow
     from bsft_saga.publishing import apublish, publish
 

@@ -51,6 +51,10 @@ DEFAULTS: dict[str, Any] = {
         # transaction, which must stay short).
         "MAX_TIMERS_PER_STEP": 1000,
         "MAX_EVENTS_PER_STEP": 1000,
+        # How many synchronous deliveries may nest in one another (a step publishing an
+        # event that reaches a saga whose step publishes again, ...); the step one level
+        # deeper is a PublishDepthExceeded instead of a RecursionError.
+        "MAX_PUBLISH_DEPTH": 16,
     },
     "CALENDARS": {},
     "API": {
@@ -172,7 +176,12 @@ def validate(raw: Any) -> list[ConfigProblem]:
             )
         )
     engine = _section(raw, "ENGINE")
-    for key in ("MAX_CONFLICT_RETRIES", "MAX_TIMERS_PER_STEP", "MAX_EVENTS_PER_STEP"):
+    for key in (
+        "MAX_CONFLICT_RETRIES",
+        "MAX_TIMERS_PER_STEP",
+        "MAX_EVENTS_PER_STEP",
+        "MAX_PUBLISH_DEPTH",
+    ):
         if not _positive_int(engine[key]):
             problems.append(ConfigProblem(f"ENGINE.{key}", "must be a positive integer"))
     problems.extend(_retention_problems(_section(raw, "RETENTION")))
@@ -267,6 +276,7 @@ class _Snapshot:
     raw: Mapping[str, Any]
     timeouts: TimeoutSettings
     max_conflict_retries: int
+    max_publish_depth: int
     step_limits: StepLimits
     calendars: Mapping[str, Mapping[str, Any]]
     api: dict[str, Any]
@@ -294,6 +304,7 @@ class _Snapshot:
                 stale_after=_stale_after(timeouts),
             ),
             max_conflict_retries=engine["MAX_CONFLICT_RETRIES"],
+            max_publish_depth=engine["MAX_PUBLISH_DEPTH"],
             step_limits=StepLimits(
                 max_timers=engine["MAX_TIMERS_PER_STEP"],
                 max_events=engine["MAX_EVENTS_PER_STEP"],
@@ -359,6 +370,10 @@ class SagaSettings:
     @property
     def max_conflict_retries(self) -> int:
         return self._current().max_conflict_retries
+
+    @property
+    def max_publish_depth(self) -> int:
+        return self._current().max_publish_depth
 
     @property
     def step_limits(self) -> StepLimits:

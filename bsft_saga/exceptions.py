@@ -54,3 +54,30 @@ class FlowDefinitionError(SagaError, ValueError):
 
 class SagaConcurrencyError(SagaError):
     """An event kept losing the optimistic-concurrency race for one saga instance."""
+
+
+class PublishDepthExceeded(SagaError, RuntimeError):
+    """Synchronous deliveries nested deeper than ``BSFT_SAGA["ENGINE"]["MAX_PUBLISH_DEPTH"]``.
+
+    A step that publishes an event which reaches a saga (often its own) whose step publishes
+    again, and so on, nests one delivery in another: ``publish()`` from a body sends the
+    event at once, and what ``ctx.publish`` staged is delivered right after its window
+    commits, before the code that caused it returns. Raised by the step one level too deep,
+    before its bodies run, so it writes nothing; the message names its flow, its step and
+    the event type. Where it goes from there is that delivery's: out of ``publish()``, or a
+    failed attempt of the outbox row or timer being delivered, retried by the drain, which
+    starts counting from one again.
+    """
+
+    def __init__(self, where: str, event_type: str, depth: int, limit: int) -> None:
+        self.where = where
+        self.event_type = event_type
+        self.depth = depth
+        self.limit = limit
+        super().__init__(
+            f"{where}: {event_type} reached this step {depth} synchronous deliveries deep, "
+            f"more than BSFT_SAGA['ENGINE']['MAX_PUBLISH_DEPTH'] ({limit}). A step publishes "
+            "an event that reaches a saga whose step publishes again: end the loop in the flow "
+            "(a condition in the body, or a timer between the rounds), or raise the limit if "
+            "the chain is meant to be this deep."
+        )

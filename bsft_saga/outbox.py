@@ -31,7 +31,7 @@ from bsft_saga.delivery.channel import Channel
 from bsft_saga.delivery.passes import run_pass
 from bsft_saga.delivery.report import DeliveryReport
 from bsft_saga.delivery.requeue import RequeueReport
-from bsft_saga.events import codec
+from bsft_saga.events import codec, nesting
 from bsft_saga.events.envelope import Envelope
 from bsft_saga.events.registry import event_class, event_type_of
 from bsft_saga.models import JournalKind, SagaOutboxMessage
@@ -189,7 +189,10 @@ def deliver_pending(
 
 def _deliver_staged(envelopes: list[Envelope]) -> None:
     try:
-        deliver([e.message_id for e in envelopes], known={e.message_id: e for e in envelopes})
+        # Nested in whatever committed them (a publish(), a pass's commit): a step that
+        # publishes what reaches it again is stopped by the depth limit, not by Python's.
+        with nesting.nested():
+            deliver([e.message_id for e in envelopes], known={e.message_id: e for e in envelopes})
     except Exception:
         # The transaction that staged them has committed: the rows wait for the drain.
         logger.exception("bsft_saga: delivering %d staged event(s) failed", len(envelopes))

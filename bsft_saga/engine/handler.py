@@ -29,7 +29,7 @@ from bsft_saga.delivery import staging
 from bsft_saga.engine import kept, lookup, window
 from bsft_saga.engine.context import SagaContext
 from bsft_saga.engine.deadlines import DeadlineExpired
-from bsft_saga.events import codec
+from bsft_saga.events import codec, nesting
 from bsft_saga.events.envelope import Envelope
 from bsft_saga.events.registry import event_type_of
 from bsft_saga.exceptions import SagaConcurrencyError
@@ -360,6 +360,7 @@ def _handled(instance: SagaInstance, envelope: Envelope) -> bool:
 
 
 def _run_and_commit(flow: FlowDefinition, plan: _Plan, envelope: Envelope) -> None:
+    nesting.check(flow.where(plan.step_index), envelope.event_type)  # before any body runs
     now = clock.now()
     state = (
         flow.new_state()

@@ -29,6 +29,7 @@ DOCUMENTED_DEFAULTS = {
         "MAX_CONFLICT_RETRIES": 100,
         "MAX_TIMERS_PER_STEP": 1000,
         "MAX_EVENTS_PER_STEP": 1000,
+        "MAX_PUBLISH_DEPTH": 16,
     },
     "CALENDARS": {},
     "API": {
@@ -140,6 +141,8 @@ def test_an_unknown_section_is_rejected_on_access() -> None:
         ({"ENGINE": {"MAX_CONFLICT_RETRIES": 0}}, "ENGINE.MAX_CONFLICT_RETRIES"),
         ({"ENGINE": {"MAX_TIMERS_PER_STEP": 0}}, "ENGINE.MAX_TIMERS_PER_STEP"),
         ({"ENGINE": {"MAX_EVENTS_PER_STEP": 1.5}}, "ENGINE.MAX_EVENTS_PER_STEP"),
+        ({"ENGINE": {"MAX_PUBLISH_DEPTH": 0}}, "ENGINE.MAX_PUBLISH_DEPTH"),
+        ({"ENGINE": {"MAX_PUBLISH_DEPTH": "16"}}, "ENGINE.MAX_PUBLISH_DEPTH"),
         ({"CALENDARS": {"berlin": "bsft_saga.calendars.X"}}, "CALENDARS.berlin"),
         ({"CALENDARS": {"berlin": {"BACKEND": "x.Y", "OPTIONS": []}}}, "CALENDARS.berlin.OPTIONS"),
         ({"API": []}, "API"),

@@ -11,6 +11,7 @@ import bsft_saga
 
 PUBLIC = {
     "Envelope",
+    "PublishDepthExceeded",
     "SagaContext",
     "SagaFlow",
     "UnknownEventType",

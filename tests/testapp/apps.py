@@ -17,6 +17,7 @@ class TestAppConfig(AppConfig):
             dispatch_flows,
             flows,
             load_flows,
+            loop_flows,
             ops_flows,
             parcel_flows,
             timer_flows,
@@ -31,4 +32,5 @@ class TestAppConfig(AppConfig):
             *dispatch_flows.FLOWS,
             *delayed_flows.FLOWS,
             *branch_flows.FLOWS,
+            *loop_flows.FLOWS,
         ]
