@@ -24,7 +24,7 @@ deadline, or terminate the saga).
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -191,7 +191,7 @@ def _journal(
     )
 
 
-def _named(pk: int) -> tuple[str, dict[str, Any]] | None:
+def _named(pk: int) -> tuple[str, Mapping[str, Any]] | None:
     """The timer ``pk`` as a refusal names it, and what the refusal reads of it."""
     row = (
         SagaTimeout.objects.filter(pk=pk)

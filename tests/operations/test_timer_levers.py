@@ -15,7 +15,7 @@ from django.contrib.auth.models import Permission, User
 from django.core.management import CommandError
 from freezegun import freeze_time
 
-from bsft_saga import clock, publish
+from bsft_saga import SagaFlow, clock, publish
 from bsft_saga.conf import saga_settings
 from bsft_saga.delivery.claim import claim
 from bsft_saga.events import event_type_of
@@ -177,7 +177,7 @@ def test_terminate_saga_by_flow_and_key_reaches_a_flow_no_longer_installed() -> 
 # -- the deadline timer ------------------------------------------------------------------------
 
 
-def _deadline_of(flow: type, key: str) -> SagaTimeout:
+def _deadline_of(flow: type[SagaFlow], key: str) -> SagaTimeout:
     return SagaTimeout.objects.get(
         saga__saga_type=flow.saga_type, saga__correlation_key=key, name=DEADLINE_TIMER_NAME
     )
