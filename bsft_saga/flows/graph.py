@@ -3,7 +3,8 @@
 Used by ``manage.py saga_graph``. A diagram shows what the builder declared: each step is a
 state (described by its awaited events and its bodies), each transition is labelled with
 the event class that wakes the next step, a ``complete()`` flow ends in a final state, and
-a ``with_deadline`` budget is a note on the flow. Timers are scheduled inside step bodies,
+a ``with_deadline`` budget is a note on the flow. A ``meanwhile`` is a loop on the step whose
+wait it runs during (the box the SVG picture lists it in). Timers are scheduled inside step bodies,
 so they are not visible statically and do not appear.
 
 Each flow is drawn inside a box titled with its ``saga_type`` (a composite state in Mermaid,
@@ -135,7 +136,10 @@ def _mermaid_flow(definition: FlowDefinition, prefix: str, title: str) -> list[s
     for step in definition.steps:
         source = "[*]" if step.index == 0 else sid(step.index - 1)
         inner += [f"{source} --> {sid(step.index)} : {_edge_text(t)}" for t in step.triggers]
-        inner += [f"{source} --> {source} : {_meanwhile_text(m)}" for m in step.meanwhile]
+        # A meanwhile runs during its step's wait: a loop on the state that names that wait
+        # (the box the admin's picture lists it in), not on the step handled before it.
+        here = sid(step.index)
+        inner += [f"{here} --> {here} : {_meanwhile_text(m)}" for m in step.meanwhile]
     if definition.auto_complete:
         inner.append(f"{sid(len(definition.steps) - 1)} --> [*]")
     else:
@@ -179,8 +183,9 @@ def _dot_flow(definition: FlowDefinition, prefix: str, title: str) -> list[str]:
             f"{source} -> {sid(step.index)} [label={_dot_quote(_edge_text(t))}];"
             for t in step.triggers
         ]
+        here = sid(step.index)  # a meanwhile loops on its own wait, as in Mermaid
         inner += [
-            f"{source} -> {source} [label={_dot_quote(_meanwhile_text(m))}, style=dashed];"
+            f"{here} -> {here} [label={_dot_quote(_meanwhile_text(m))}, style=dashed];"
             for m in step.meanwhile
         ]
     if definition.auto_complete:

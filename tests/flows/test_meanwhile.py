@@ -4,6 +4,7 @@ most, then cancel) run with the harness."""
 
 from __future__ import annotations
 
+import xml.etree.ElementTree as ET
 from datetime import timedelta
 
 import pytest
@@ -14,7 +15,15 @@ from bsft_saga.flows.registry import flow_registry
 from bsft_saga.models import SagaInstance, SagaOutboxMessage
 from bsft_saga.testing import SagaHarness
 from tests.support.timer_fixtures import T0
-from tests.testapp.branch_events import InvoiceIssued, InvoicePaid, PaymentReminderDue
+from tests.testapp.branch_events import (
+    InvoiceIssued,
+    InvoicePaid,
+    NoteAdded,
+    OrderAccepted,
+    ParcelPacked,
+    PaymentAuthorised,
+    PaymentReminderDue,
+)
 from tests.testapp.branch_flows import MAX_REMINDERS, DunningFlow, FulfilmentFlow
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -71,13 +80,47 @@ def test_a_meanwhile_event_for_no_instance_starts_nothing() -> None:
     assert not SagaInstance.objects.filter(saga_type=DunningFlow.saga_type).exists()
 
 
-@pytest.mark.parametrize("fmt", ["mermaid", "dot"])
-def test_saga_graph_draws_the_meanwhile_loop_on_the_waiting_step(fmt: str) -> None:
-    drawn = render([flow_registry.get(DunningFlow)], fmt)
+def _svg_steps_naming(svg: str, text: str) -> list[int]:
+    """The ``data-step`` of each step box of ``svg`` whose lines include ``text``."""
+    namespace = "{http://www.w3.org/2000/svg}"
+    return [
+        int(box.get("data-step", "-1"))
+        for box in ET.fromstring(svg).iter(f"{namespace}g")
+        if "step" in box.get("class", "").split()
+        and text in ["".join(line.itertext()) for line in box.iter(f"{namespace}text")]
+    ]
 
-    assert "meanwhile PaymentReminderDue: _remind" in drawn
-    loop = "step0 --> " if fmt == "mermaid" else "step0 -> "
-    assert any(loop in line and "meanwhile" in line for line in drawn.splitlines())
+
+@pytest.mark.parametrize("fmt", ["mermaid", "dot"])
+def test_saga_graph_and_the_picture_draw_a_meanwhile_at_the_step_whose_wait_it_runs_during(
+    fmt: str,
+) -> None:
+    # FulfilmentFlow hears NoteAdded meanwhile while it waits for ParcelDelivered (step 3),
+    # the wait the engine runs it during: neither drawing may put it at step 2.
+    definition = flow_registry.get(FulfilmentFlow)
+    [waiting] = [step.index for step in definition.steps if step.meanwhile]
+    label = "meanwhile NoteAdded: lambda"
+
+    drawn = render([definition], fmt).splitlines()
+    picture = render([definition], "svg")
+
+    arrow = "-->" if fmt == "mermaid" else "->"
+    loop = f"saga1_step{waiting} {arrow} saga1_step{waiting} "
+    assert [line.strip().startswith(loop) for line in drawn if label in line] == [True]
+    assert _svg_steps_naming(picture, label) == [waiting] == [3]
+
+
+def test_a_meanwhile_runs_while_the_saga_waits_at_the_step_it_is_drawn_at() -> None:
+    with SagaHarness(start=T0) as harness:
+        harness.publish(OrderAccepted("o-1"))
+        harness.publish(PaymentAuthorised("o-1"))
+        harness.publish(ParcelPacked("o-1", parcel="p"))
+        waiting = harness.get_saga(FulfilmentFlow, "o-1")
+        harness.publish(NoteAdded("o-1", text="left at the door"))
+        after = harness.get_saga(FulfilmentFlow, "o-1")
+
+    assert (waiting.step_index, after.step_index) == (3, 3)
+    assert "left at the door" in after.state["log"]
 
 
 def test_saga_graph_marks_a_wait_that_keeps_early_events() -> None:
