@@ -8,6 +8,7 @@ from typing import Any, ClassVar
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from bsft_saga.delivery.requeue import RequeueReport
+from bsft_saga.management.printable import printable
 
 
 class RequeueCommand(BaseCommand):
@@ -50,7 +51,7 @@ class RequeueCommand(BaseCommand):
         result = self.requeue(ids)
         if int(options["verbosity"]) >= 1:
             for pk, reason in result.refused:
-                self.stderr.write(self.style.WARNING(f"refused {pk}: {reason}"))
+                self.stderr.write(self.style.WARNING(f"refused {pk}: {printable(reason)}"))
             self.stdout.write(
                 self.style.SUCCESS(f"Requeued {result.requeued} dead-lettered {self.noun}(s).")
             )

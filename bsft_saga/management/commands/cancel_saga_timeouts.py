@@ -7,6 +7,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from bsft_saga.management import arguments
+from bsft_saga.management.printable import printable
 from bsft_saga.timeouts.levers import cancel_timers
 
 
@@ -29,7 +30,7 @@ class Command(BaseCommand):
         if int(options["verbosity"]) >= 1:
             self.stdout.write(self.style.SUCCESS(f"Canceled {len(report.canceled)} timer(s)."))
         for pk, why in report.refused:
-            self.stderr.write(self.style.WARNING(f"refused {pk}: {why}"))
+            self.stderr.write(self.style.WARNING(f"refused {pk}: {printable(why)}"))
         if report.refused:
             refused = " ".join(str(pk) for pk, _ in report.refused)
             raise CommandError(f"{len(report.refused)} timer(s) not canceled: {refused}")

@@ -7,6 +7,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandParser
 
 from bsft_saga.management import arguments
+from bsft_saga.management.printable import printable
 from bsft_saga.models import SagaInstance
 from bsft_saga.retention import erase_saga_data
 
@@ -50,6 +51,7 @@ class Command(BaseCommand):
             saga_type, key, include_active=options["include_active"], dry_run=options["dry_run"]
         )
         if int(options["verbosity"]) >= 1:
+            saga_type, key = printable(saga_type), printable(key)  # printed from here on
             for pk in report.kept_active:
                 self.stderr.write(
                     self.style.WARNING(

@@ -7,6 +7,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from bsft_saga.management import arguments
+from bsft_saga.management.printable import printable
 from bsft_saga.moments import format_moment
 from bsft_saga.timeouts.levers import reschedule_timer
 
@@ -29,7 +30,7 @@ class Command(BaseCommand):
         due_at = arguments.moment("--to", options["to"])
         report = reschedule_timer(pk, due_at, user=None)
         if report.refused is not None:
-            raise CommandError(f"refused {pk}: {report.refused}")
+            raise CommandError(f"refused {pk}: {printable(report.refused)}")
         if int(options["verbosity"]) >= 1 and report.due_at is not None:
             when = format_moment(report.due_at)
             moved = "; the saga's deadline moved with it" if report.deadline_moved else ""

@@ -13,6 +13,7 @@ from bsft_saga.db.datetimes import unreadable_fields
 from bsft_saga.history import ENTRY_FIELDS, InstanceHistory, KeyHistory, key_history
 from bsft_saga.management import arguments
 from bsft_saga.management.keys import nothing_found
+from bsft_saga.management.printable import printable
 from bsft_saga.models import SagaInstance, SagaJournalEntry
 
 #: Entries shown when ``--limit`` is not given.
@@ -114,7 +115,7 @@ def _as_text(history: KeyHistory, *, verbosity: int) -> str:
     lines: list[str] = []
     if verbosity >= 1:
         lines.append(
-            f"{history.saga_type}[{history.correlation_key}]: "
+            f"{printable(history.saga_type)}[{printable(history.correlation_key)}]: "
             f"{_count(history.instances_total, 'instance', 'instances')}, newest first; "
             "entries newest first"
         )
@@ -169,7 +170,7 @@ def _entry_cells(entry: SagaJournalEntry, *, verbosity: int) -> list[str]:
     cells = [
         _moment(entry.at),
         entry.kind,
-        f"{_number(entry.step_before)} -> {_number(entry.step_after)}",
+        _steps(entry.step_before, entry.step_after),
         _number(entry.version),
         via,
         entry.event_type or "-",
@@ -177,7 +178,15 @@ def _entry_cells(entry: SagaJournalEntry, *, verbosity: int) -> list[str]:
     ]
     if verbosity >= 2:
         cells.append(str(entry.message_id or "-"))
-    return cells
+    return [printable(cell) for cell in cells]  # stored text: never a raw control character
+
+
+def _steps(before: int | None, after: int | None) -> str:
+    """``1 -> 2``; a start, which enters its first step from none, ``-> 1`` (the admin's
+    journal: ``→ step 1``)."""
+    if before is None and after is not None:
+        return f"-> {after}"
+    return f"{_number(before)} -> {_number(after)}"
 
 
 def _number(value: int | None) -> str:

@@ -11,6 +11,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from bsft_saga.dispatchers import DispatcherStatus
+from bsft_saga.management.printable import printable
 from bsft_saga.status import SagaStatus, saga_status
 
 
@@ -109,7 +110,7 @@ def _number(value: Any) -> str:
 
 def _dispatcher_line(dispatcher: DispatcherStatus) -> str:
     line = (
-        f"{dispatcher.kind} {dispatcher.host}:{dispatcher.pid}  last pass "
+        f"{printable(dispatcher.kind)} {printable(dispatcher.host)}:{dispatcher.pid}  last pass "
         f"{dispatcher.idle_seconds:.0f} s ago  delivered={dispatcher.delivered} "
         f"claims={dispatcher.claims}"
     )

@@ -9,6 +9,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from bsft_saga.engine.termination import terminate
 from bsft_saga.management import arguments
 from bsft_saga.management.keys import nothing_found
+from bsft_saga.management.printable import printable
 from bsft_saga.models import SagaInstance
 
 
@@ -65,9 +66,9 @@ class Command(BaseCommand):
                 self.style.SUCCESS(f"Terminated {len(result.terminated)} saga instance(s).")
             )
         for given, why in result.refused:
-            self.stderr.write(self.style.WARNING(f"refused {given}: {why}"))
+            self.stderr.write(self.style.WARNING(f"refused {printable(given)}: {printable(why)}"))
         if result.refused:
-            refused = " ".join(given for given, _ in result.refused)
+            refused = " ".join(printable(given) for given, _ in result.refused)
             raise CommandError(f"{len(result.refused)} instance(s) not terminated: {refused}")
 
     @staticmethod
