@@ -125,7 +125,14 @@ class SagaInstance(models.Model):
     )
 
     def __str__(self) -> str:
+        """``orders[A-1] step 2`` while active; once complete, as the admin's picture says
+        it: ``complete``, or ``terminated at step 1``. A completed saga waits at no step:
+        after its last step its ``step_index`` names none of the flow's."""
         key = self.correlation_key or "-"
+        if self.terminated_reason:
+            return f"{self.saga_type}[{key}] terminated at step {self.step_index}"
+        if self.is_complete:
+            return f"{self.saga_type}[{key}] complete"
         return f"{self.saga_type}[{key}] step {self.step_index}"
 
 

@@ -90,7 +90,10 @@ def _via(entry: SagaJournalEntry) -> SafeString:
 def _progress(entry: SagaJournalEntry) -> SafeString:
     before, after = entry.step_before, entry.step_after
     parts = []
-    if before is not None and after is not None and before != after:
+    if before is None and after is not None:
+        # A start enters its first step from none: "→ step 1", as saga_history's "-> 1".
+        parts.append(_("→ step %(after)d") % {"after": after})
+    elif before is not None and after is not None and before != after:
         parts.append(_("step %(before)d → %(after)d") % {"before": before, "after": after})
     elif after is not None or before is not None:
         parts.append(_("at step %(step)d") % {"step": after if after is not None else before})

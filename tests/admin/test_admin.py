@@ -159,6 +159,25 @@ def test_timeouts_search_by_correlation_key_and_name(viewer: Client, rows: dict[
     assert len(_listed(viewer, "sagatimeout", "?q=dead")) == 2
 
 
+def test_the_timer_list_names_a_completed_saga_complete_not_by_a_step_it_never_waits_at(
+    viewer: Client,
+) -> None:
+    done = make_saga("done", complete=True)
+    SagaInstance.objects.filter(pk=done.pk).update(step_index=2)
+    stopped = make_saga("stopped", complete=True)
+    SagaInstance.objects.filter(pk=stopped.pk).update(terminated_reason="duplicate order")
+    make_timeout(done, "followup", outcome="canceled")
+    make_timeout(stopped, "escalate", outcome="canceled")
+    make_timeout(make_saga("waiting"), "remind")
+
+    page = strip_tags(viewer.get(_url("sagatimeout", "changelist")).content.decode())
+
+    assert f"{done.saga_type}[done] complete" in page
+    assert f"{done.saga_type}[stopped] terminated at step 1" in page
+    assert f"{done.saga_type}[waiting] step 1" in page
+    assert "[done] step" not in page
+
+
 def test_instances_filter_by_stalled(viewer: Client, rows: dict[str, Any]) -> None:
     from datetime import timedelta
 

@@ -568,7 +568,7 @@ def test_the_screenshots_of_the_instance_page_and_the_status_panel(
     assert [line.split(" — ")[1].split("\n")[0] for line in lines] == [
         "Advanced on tests.ops.quote-follow-up-due (timer “followup”): step 1 → 2, version 2.",
         "Timer fired now “followup” by operator night-shift: at step 1.",
-        "Started on tests.ops.quote-sent (published): at step 1, version 1.",
+        "Started on tests.ops.quote-sent (published): → step 1, version 1.",
     ]
     assert lines[-1].startswith("2026-12-01 09:00:04 CET")
     assert operator.page.locator(".field-picture svg").is_visible()

@@ -64,7 +64,7 @@ def test_an_entry_reads_as_a_sentence_with_its_moment_and_ids() -> None:
         (
             JournalKind.STARTED,
             {"event_type": "orders.placed", "step_before": None, "step_after": 1, "version": 1},
-            "Started on orders.placed (published): at step 1, version 1.",
+            "Started on orders.placed (published): → step 1, version 1.",
         ),
         (
             JournalKind.HANDLED,
@@ -220,7 +220,7 @@ def test_a_real_flow_and_an_operator_make_a_timeline_an_operator_reads(
         "2026-03-02 09:01:01 UTC — Advanced on tests.dispatch.invoice-reminder-due "
         "(timer “reminder”): step 1 → 2, version 2.",
         "2026-03-02 09:00:00 UTC — Started on tests.dispatch.invoice-sent (published): "
-        "at step 1, version 1.",
+        "→ step 1, version 1.",
     ]
     assert "correlation id req-8" in lines[1]
     assert not LogEntry.objects.exists()  # the History page shows the journal instead

@@ -122,7 +122,7 @@ def test_a_text_line_says_steps_version_what_delivered_it_who_and_the_correlatio
         *("timer", "remind", "tests.ops.advanced", "-"),
     ]
     assert started == [
-        *("2026-03-02T08:00:00+00:00", "started", "-", "->", "1", "1"),
+        *("2026-03-02T08:00:00+00:00", "started", "->", "1", "1"),
         *("publish", "tests.ops.started", "req-1"),
     ]
 
