@@ -23,12 +23,32 @@ from bsft_saga.querysets import DeliveryQuerySet
 
 logger = logging.getLogger("bsft_saga.delivery")
 
-#: What a row's last attempt records when the pass that claimed it never finished: its
-#: lease ran out with the row still pending and the claim never given back.
+#: What a row's last attempt records when the pass that claimed it alone never finished:
+#: its lease ran out with the row still pending and the claim never given back.
 ABANDONED = (
-    "ClaimAbandoned: the pass that claimed it stopped before it finished (its claim lease "
-    "ran out); the process may have been killed while delivering it"
+    "ClaimAbandoned: the pass that claimed it alone stopped before it finished (its claim "
+    "lease ran out); the process may have been killed while delivering it"
 )
+
+#: The version number a claim of a single row writes into its token (RFC 9562's version 8,
+#: left to implementations), where every other token is a random version 4 UUID.
+_ALONE_VERSION = 8
+_VERSION_BITS = 0xF << 76
+
+
+def alone(token: uuid.UUID) -> uuid.UUID:
+    """The token a claim that takes a single row writes instead of ``token``.
+
+    The same bits, with the UUID version set to 8: a pass that later finds the claim run
+    out can tell that this row was the only one its pass ran, so the row may be what
+    stopped it, without any other write having said so.
+    """
+    return uuid.UUID(int=(token.int & ~_VERSION_BITS) | (_ALONE_VERSION << 76))
+
+
+def claimed_alone(token: uuid.UUID | None) -> bool:
+    """Whether ``token`` is the token of a claim that took a single row (:func:`alone`)."""
+    return token is not None and token.version == _ALONE_VERSION
 
 
 @dataclass(frozen=True)
@@ -38,6 +58,8 @@ class Claimed(Generic[R]):
     rows: list[R]
     #: Rows whose claims ran out ``MAX_DISPATCH_ATTEMPTS`` times: dead-lettered, not claimed.
     dead_lettered: list[R]
+    #: The token that holds ``rows``: the one asked for, or :func:`alone` of it for one row.
+    token: uuid.UUID
     #: Rows (or their sagas) holding a value that cannot be read back: dead-lettered.
     unreadable: int = 0
     #: What the channel read along for the steps the rows wake, by row pk
@@ -61,14 +83,19 @@ def claim(
     The claim (this pass's ``token`` and a lease until ``now + lease``) commits in its own
     short transaction, before anything is published: a pass that dies later leaves its rows
     claimed until the lease has run out, and a pass whose lease ran out is fenced, because
-    every later write of its rows matches on its token. Returns the claimed rows, in
-    delivery order, with the channel's related rows loaded. Rows it dead-letters instead
-    are counted (``dead_lettered_counter``) and returned apart.
+    every later write of its rows matches on its token. A claim that takes a single row
+    writes :func:`alone` of ``token`` instead (``Claimed.token`` says which). Returns the
+    claimed rows, in delivery order, with the channel's related rows loaded. Rows it
+    dead-letters instead are counted (``dead_lettered_counter``) and returned apart.
 
     A row whose previous claim ran out (its pass never finished and never gave it back)
-    may be what killed that pass: claiming it again counts an attempt (``ClaimAbandoned``),
-    it is claimed **alone**, so it cannot take a batch down with it twice, and at
-    ``max_attempts`` (default ``MAX_DISPATCH_ATTEMPTS``) it is dead-lettered instead.
+    is claimed **alone**. Nothing on disk says which row of a batch its dead pass was
+    running, so one held by a batch's claim is claimed again free: if it is what killed
+    that pass, it now kills a pass that runs nothing else. One whose claim had taken it
+    alone is what its pass was running: claiming it again counts an attempt
+    (``ClaimAbandoned``), and at ``max_attempts`` (default ``MAX_DISPATCH_ATTEMPTS``) it is
+    dead-lettered instead. So a crash charges at most the row its pass ran alone, and a row
+    that kills every pass that runs it is given up after ``max_attempts`` solo deaths.
 
     ``beat``: the pass's heartbeat. The claimed rows name its dispatcher in ``claimed_by``
     (``None`` when nobody reports), and it reports in the claim's transaction
@@ -98,8 +125,9 @@ def claim(
             _give_up_unreadable(channel, every_row, unreadable, now)
             rows, given_up = _sort_out(read, max_attempts)
             _give_up(channel, every_row.filter(pk__in=_pks(given_up)), given_up, now)
+            token = fields["claim_token"] = _token_for(rows, token)
             counted = _counted(rows)
-            if counted:  # an abandoned row, claimed alone: its attempt is counted in SQL
+            if counted:  # abandoned by a pass that ran it alone: the attempt, in SQL
                 every_row.filter(pk__in=_pks(rows)).update(**fields, **counted)
             elif rows:
                 sql.update_each(channel.model, fields, {}, _pks(rows))
@@ -108,8 +136,11 @@ def claim(
         # Read which rows are ready outside the transaction (one that reads first and
         # writes later can be refused SQLite's write lock), then write with the
         # conditions again: only rows still claimable while the UPDATE runs are taken.
+        # (Of two rows meant, another claimer may take one: the other is then held by a
+        # batch's token, and a crash while it runs charges nothing; its next claim is alone.)
         read, unreadable, known = _readable(channel, candidates[:limit], related=False)
         rows, given_up = _sort_out(read, max_attempts)
+        token = fields["claim_token"] = _token_for(rows, token)
         channel.load_related(given_up)  # the claimed ones: reloaded
         with transaction.atomic():
             still_claimable = channel.claimable(now)
@@ -128,7 +159,7 @@ def claim(
         telemetry.count(channel.dead_lettered_counter, channel.saga_type(row))
     if unreadable:
         telemetry.count(channel.dead_lettered_counter, "", len(unreadable))
-    return Claimed(rows, given_up, len(unreadable), known)
+    return Claimed(rows, given_up, token, len(unreadable), known)
 
 
 #: What a value the driver cannot read back raises while rows load: psycopg's "timestamp
@@ -191,10 +222,19 @@ def _pks(rows: Sequence[Any]) -> list[Any]:
     return [row.pk for row in rows]
 
 
+def _token_for(rows: Sequence[Any], token: uuid.UUID) -> uuid.UUID:
+    return alone(token) if len(rows) == 1 else token
+
+
 def _abandoned(row: DeliveryRow) -> bool:
     # Pending and claimable, yet still carrying a token: the lease of a claim that was neither
     # finished (retired, or failed and released) nor given back ran out.
     return row.claim_token is not None
+
+
+def _lost_alone(row: DeliveryRow) -> bool:
+    # Abandoned by a pass that ran nothing else: the row it was running when it stopped.
+    return _abandoned(row) and claimed_alone(row.claim_token)
 
 
 def _took_its_pass_down(row: DeliveryRow) -> bool:
@@ -207,9 +247,10 @@ def _sort_out(rows: list[R], max_attempts: int) -> tuple[list[R], list[R]]:
     """The rows to claim (the first suspect alone, if any) and those to give up.
 
     A suspect is a row that may have killed the pass that last held it: an abandoned one,
-    or one whose delivery lost its pass's connection.
+    or one whose delivery lost its pass's connection. Only one abandoned by a pass that
+    held it alone is charged, and so given up at the limit.
     """
-    given_up = [r for r in rows if _abandoned(r) and r.attempts + 1 >= max_attempts]
+    given_up = [r for r in rows if _lost_alone(r) and r.attempts + 1 >= max_attempts]
     suspects = [r for r in rows if (_abandoned(r) or _took_its_pass_down(r)) and r not in given_up]
     if suspects:
         return suspects[:1], given_up
@@ -217,8 +258,9 @@ def _sort_out(rows: list[R], max_attempts: int) -> tuple[list[R], list[R]]:
 
 
 def _counted(rows: list[R]) -> dict[str, Any]:
-    """The attempt a claim counts: one for an abandoned row (claimed alone), none otherwise."""
-    if len(rows) == 1 and _abandoned(rows[0]):
+    """The attempt a claim counts: one for a row abandoned by a pass that held it alone
+    (claimed alone again), none otherwise."""
+    if len(rows) == 1 and _lost_alone(rows[0]):
         rows[0].attempts += 1
         rows[0].last_error = ABANDONED
         return {"attempts": F("attempts") + 1, "last_error": ABANDONED}

@@ -118,6 +118,7 @@ def _claim_and_deliver(
             return DeliveryReport(
                 delivered=recovered.delivered, dead_lettered=given_up, unclaimed=skipped
             )
+        token = claimed.token  # alone(token), if it took one row
         sorted_out = channel.sort_out(claimed.rows, token, config, moment)
         report = deliver_claimed(
             channel,

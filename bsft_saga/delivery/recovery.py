@@ -29,7 +29,9 @@ from django.db import DatabaseError
 
 from bsft_saga.conf import saga_settings
 from bsft_saga.delivery.channel import Channel
+from bsft_saga.delivery.claim import alone
 from bsft_saga.delivery.failures import lost_connection_reason, record_failure
+from bsft_saga.querysets import DeliveryQuerySet
 
 logger = logging.getLogger("bsft_saga.delivery")
 
@@ -58,7 +60,11 @@ def remember(
     channel: Channel[Any], token: uuid.UUID, suspect: Any = None, reason: str = ""
 ) -> None:
     """Keep ``token`` to give its rows back once the database answers again; ``suspect``:
-    the pk of the row to charge ``reason`` instead."""
+    the pk of the row to charge ``reason`` instead.
+
+    The rows held by :func:`~bsft_saga.delivery.claim.alone` of ``token`` (its pass claimed
+    a single row) are given back too.
+    """
     with _lock:
         _orphans.append(_Orphan(type(channel), token, suspect, reason))
 
@@ -114,8 +120,8 @@ def give_back(channel: Channel[Any], *, stopped_by: BaseException | None = None)
         try:
             if entry.suspect is not None:
                 _charge(channel, entry)
-            released += channel.held(token).update(claim_token=None, claimed_until=None)
-            delivered += channel.delivered_rows().filter(claim_token=token).count()
+            released += _held(channel, token).update(claim_token=None, claimed_until=None)
+            delivered += channel.delivered_rows().filter(claim_token__in=_tokens(token)).count()
         except Exception:  # the database still unreachable, or a transaction to roll back
             logger.warning("bsft_saga: could not give back %s claims yet; kept", channel.noun)
             break
@@ -143,8 +149,18 @@ def give_back(channel: Channel[Any], *, stopped_by: BaseException | None = None)
     return GivenBack(released=released, delivered=delivered)
 
 
+def _tokens(token: uuid.UUID) -> tuple[uuid.UUID, uuid.UUID]:
+    """The tokens a pass's rows may carry: its own, or the one it writes for a single row."""
+    return (token, alone(token))
+
+
+def _held(channel: Channel[Any], token: uuid.UUID) -> DeliveryQuerySet[Any]:
+    return channel.pending_rows().filter(claim_token__in=_tokens(token))
+
+
 def _charge(channel: Channel[Any], orphan: _Orphan) -> None:
-    suspect = channel.load(channel.held(orphan.token).filter(pk=orphan.suspect)).first()
+    suspect = channel.load(_held(channel, orphan.token).filter(pk=orphan.suspect)).first()
     if suspect is not None:
-        record_failure(channel, suspect, orphan.token, orphan.reason, saga_settings.timeouts)
+        config = saga_settings.timeouts
+        record_failure(channel, suspect, suspect.claim_token, orphan.reason, config)
         logger.warning("bsft_saga: %s charged: %s", channel.describe(suspect), orphan.reason)

@@ -1,11 +1,14 @@
-"""A claim whose pass never finished counts as an attempt.
+"""A claim whose pass never finished: its rows are claimed alone, and charged only alone.
 
 A pass killed while delivering (a receiver that segfaults, the OOM killer) leaves its rows
-claimed until the lease runs out; nothing records a failure. The row that killed it may kill
-the next pass too, so claiming such a row again counts an attempt (``ClaimAbandoned``), takes
-it alone, and dead-letters it at ``MAX_DISPATCH_ATTEMPTS``: it is neither retried forever nor
-able to take its batch-mates down with it again. The real-process version of this is in
-``test_timeouts_faults.py`` (a receiver that SIGKILLs every dispatcher that fires it).
+claimed until the lease runs out; nothing records a failure, nor which row it was running.
+Any of them may kill the next pass too, so each is claimed again **alone**, free: the rows
+the dead pass never started cost nothing. A row abandoned by a pass that ran it alone is the
+one that pass was running: claiming it again counts an attempt (``ClaimAbandoned``), and at
+``MAX_DISPATCH_ATTEMPTS`` it is dead-lettered: it is neither retried forever nor able to
+take its batch-mates down with it again. The real-process versions are in
+``test_timeouts_faults.py`` (a receiver that SIGKILLs every dispatcher that fires it) and
+``test_killed_loop.py`` (a ``--loop`` dispatcher SIGKILLed halfway through a batch).
 """
 
 from __future__ import annotations
@@ -24,6 +27,8 @@ from bsft_saga import publish
 from bsft_saga.conf import saga_settings
 from bsft_saga.delivery.channel import Channel
 from bsft_saga.delivery.claim import ABANDONED, claim
+from bsft_saga.delivery.passes import deliver_claimed
+from bsft_saga.delivery.report import DeliveryReport
 from bsft_saga.models import (
     JournalKind,
     SagaInstance,
@@ -44,10 +49,11 @@ from tests.testapp.load_flows import CountingFlow
 pytestmark = pytest.mark.django_db
 
 
-def _abandon(channel: Channel[Any]) -> None:
-    """Claim every ready row of ``channel`` for a pass that then dies without a word."""
+def _abandon(channel: Channel[Any]) -> list[Any]:
+    """Claim what a pass of ``channel`` would claim now, for a pass that then dies without a
+    word; return the rows it took."""
     lease = saga_settings.timeouts.claim_lease
-    claim(channel, limit=100, token=uuid.uuid4(), now=timezone.now(), lease=lease)
+    return claim(channel, limit=100, token=uuid.uuid4(), now=timezone.now(), lease=lease).rows
 
 
 def _past_the_lease(frozen: FrozenDateTimeFactory) -> None:
@@ -66,11 +72,17 @@ def _counts(keys: list[str]) -> list[int]:
     return [sagas.get(correlation_key=key).state["count"] for key in keys]
 
 
-def test_the_rows_of_an_abandoned_batch_are_fired_one_per_pass_each_counting_the_lost_attempt(
+def _charged(keys: list[str]) -> list[tuple[int, str]]:
+    timers = SagaTimeout.objects.filter(saga__correlation_key__in=keys)
+    by_key = {t.saga.correlation_key: (t.attempts, t.last_error) for t in timers}
+    return [by_key[key] for key in keys]
+
+
+def test_the_rows_of_an_abandoned_batch_are_fired_one_per_pass_none_charged(
     clock: FrozenDateTimeFactory,
 ) -> None:
     keys = _start_counters(3)
-    _abandon(TIMERS)
+    assert len(_abandon(TIMERS)) == 3
     _past_the_lease(clock)
 
     reports = [drain_due() for _ in range(4)]
@@ -79,8 +91,42 @@ def test_the_rows_of_an_abandoned_batch_are_fired_one_per_pass_each_counting_the
     assert _counts(keys) == [1, 1, 1]
     timers = SagaTimeout.objects.filter(saga__saga_type=CountingFlow.saga_type)
     assert {(t.outcome, t.attempts, t.last_error) for t in timers} == {
-        (TimeoutOutcome.FIRED, 1, ABANDONED)
+        (TimeoutOutcome.FIRED, 0, "")
     }
+
+
+def test_a_row_of_an_abandoned_batch_is_charged_once_it_also_takes_down_a_pass_running_it_alone(
+    clock: FrozenDateTimeFactory,
+) -> None:
+    keys = _start_counters(3)
+    first = keys[0]
+    _abandon(TIMERS)  # a batch of three: which one killed it, nothing says
+    _past_the_lease(clock)
+    [alone] = _abandon(TIMERS)  # the first of them, claimed alone: its pass dies too
+    assert alone.saga.correlation_key == first
+    _past_the_lease(clock)
+
+    reports = [drain_due() for _ in range(4)]
+
+    assert reports == [DrainReport(fired=1)] * 3 + [DrainReport()]
+    assert _counts(keys) == [1, 1, 1]
+    assert _charged(keys) == [(1, ABANDONED), (0, ""), (0, "")]
+
+
+def test_a_batch_finished_in_part_before_its_pass_died_charges_none_of_its_other_rows(
+    clock: FrozenDateTimeFactory,
+) -> None:
+    keys = _start_counters(4)
+    token = uuid.uuid4()
+    lease = saga_settings.timeouts.claim_lease
+    rows = claim(TIMERS, limit=100, token=token, now=timezone.now(), lease=lease).rows
+    # It committed its first group, then died in the second.
+    assert deliver_claimed(TIMERS, rows[:2], token) == DeliveryReport(delivered=2)
+    _past_the_lease(clock)
+
+    assert [drain_due() for _ in range(3)] == [DrainReport(fired=1)] * 2 + [DrainReport()]
+    assert _counts(keys) == [1, 1, 1, 1]
+    assert _charged(keys) == [(0, "")] * 4
 
 
 def test_rows_nobody_abandoned_wait_while_an_abandoned_row_is_fired_alone(
@@ -176,14 +222,16 @@ def test_an_abandoned_outbox_row_is_delivered_alone_then_given_up_at_the_limit(
     received = record(Unrouted)
     publish(Unrouted("first"), defer=True)  # this test's transaction never commits:
     publish(Unrouted("second"), defer=True)  # the rows wait for deliver_pending()
-    _abandon(OUTBOX)
+    assert len(_abandon(OUTBOX)) == 2
     _past_the_lease(clock)
 
-    assert deliver_pending().delivered == 1
+    assert deliver_pending().delivered == 1  # alone, and free: nothing says it killed the pass
     delivered = SagaOutboxMessage.objects.filter(delivered_at__isnull=False).get()
-    assert (delivered.attempts, delivered.last_error) == (1, ABANDONED)
+    assert (delivered.attempts, delivered.last_error) == (0, "")
+    assert len(_abandon(OUTBOX)) == 1  # the other one, claimed alone: that pass dies too
+    _past_the_lease(clock)
 
-    # The other row of the dead pass: its lost attempt is its last one.
+    # Its pass ran nothing else: the lost attempt counts, and is its last one.
     with override_settings(BSFT_SAGA={"TIMEOUTS": {"MAX_DISPATCH_ATTEMPTS": 1}}):
         report = deliver_pending()
 

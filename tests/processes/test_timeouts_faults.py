@@ -303,12 +303,16 @@ def test_a_timer_whose_receiver_kills_every_dispatcher_is_dead_lettered_and_spar
         if exits[-1] == 0:
             break
 
-    # Each claim of the poisoned timer after a death counted an attempt; the third death
-    # reached MAX_DISPATCH_ATTEMPTS, so the fourth dispatcher gave it up without firing it.
-    # Its batch-mates, claimed alone after the first death, each advanced once.
-    assert exits == [KILLED, KILLED, KILLED, 0], [c.stderr() for c in children.children]
+    # The first death took a batch down: nothing said which timer it was running, so none
+    # was charged, and each was claimed alone after it. Each later death took down a pass
+    # that ran the poisoned timer alone, and claiming it again counted an attempt; the
+    # third such death reached MAX_DISPATCH_ATTEMPTS, so the fifth dispatcher gave it up
+    # without firing it. Its batch-mates each advanced once, charged nothing.
+    assert exits == [KILLED, KILLED, KILLED, KILLED, 0], [c.stderr() for c in children.children]
     assert _counters(others) == _advanced_once(others)
     assert _counters([poison_key]) == {poison_key: (1, 1, {"count": 0}, 1, ["dead_lettered"])}
     timer = SagaTimeout.objects.get(saga=poison)
     assert timer.attempts == 3
     assert timer.last_error.startswith("ClaimAbandoned: ")
+    others_timers = SagaTimeout.objects.filter(saga__correlation_key__in=others)
+    assert sorted(others_timers.values_list("attempts", flat=True)) == [0, 0]

@@ -22,7 +22,7 @@ from freezegun.api import FrozenDateTimeFactory
 from bsft_saga import UnknownEventType, publish
 from bsft_saga.conf import saga_settings
 from bsft_saga.correlation import correlation_scope
-from bsft_saga.delivery.claim import claim
+from bsft_saga.delivery.claim import alone, claim
 from bsft_saga.delivery.passes import deliver_claimed
 from bsft_saga.delivery.report import DeliveryReport
 from bsft_saga.events.sending import send_envelope
@@ -328,7 +328,8 @@ def _claim_then_lose(clock: FrozenDateTimeFactory, *, stall: timedelta) -> list[
     return rows
 
 
-STALE, SUCCESSOR = uuid.uuid4(), uuid.uuid4()
+# Each claim below takes one row: it holds it with the token it writes for a single row.
+STALE, SUCCESSOR = alone(uuid.uuid4()), alone(uuid.uuid4())
 
 
 def _nothing_written() -> None:
