@@ -25,6 +25,7 @@ FIRED_NOW = "saga.timeout.fire-now"
 #: ``requeue_dead_lettered``, ``requeue_saga_timeouts``, ``requeue_saga_outbox``).
 TIMEOUT_REQUEUED = "saga.timeout.requeued"
 OUTBOX_REQUEUED = "saga.outbox.requeued"
+KEPT_REQUEUED = "saga.kept.requeued"
 #: An operator canceled a pending timer / moved it to another due time
 #: (``cancel_saga_timeouts``, ``reschedule_saga_timeout``).
 TIMER_CANCELED = "saga.timeout.canceled"
@@ -33,6 +34,7 @@ TIMER_RESCHEDULED = "saga.timeout.rescheduled"
 REQUEUED = {
     "bsft_saga.SagaTimeout": TIMEOUT_REQUEUED,
     "bsft_saga.SagaOutboxMessage": OUTBOX_REQUEUED,
+    "bsft_saga.SagaKeptEvent": KEPT_REQUEUED,
 }
 
 

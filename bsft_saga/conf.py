@@ -55,6 +55,12 @@ DEFAULTS: dict[str, Any] = {
         # event that reaches a saga whose step publishes again, ...); the step one level
         # deeper is a PublishDepthExceeded instead of a RecursionError.
         "MAX_PUBLISH_DEPTH": 16,
+        # Events one saga may keep for its later steps (keep_early); an early event beyond
+        # is ignored (reason "kept_limit") and logged, never an error for its publisher.
+        "MAX_KEPT_EVENTS_PER_SAGA": 1000,
+        # How long an event a keep_early wait awaits is kept for a key with no active saga
+        # yet (a number of seconds or a timedelta); then it is discarded (not_awaited).
+        "KEEP_EARLY_FOR": timedelta(days=1),
     },
     "CALENDARS": {},
     "API": {
@@ -181,9 +187,16 @@ def validate(raw: Any) -> list[ConfigProblem]:
         "MAX_TIMERS_PER_STEP",
         "MAX_EVENTS_PER_STEP",
         "MAX_PUBLISH_DEPTH",
+        "MAX_KEPT_EVENTS_PER_SAGA",
     ):
         if not _positive_int(engine[key]):
             problems.append(ConfigProblem(f"ENGINE.{key}", "must be a positive integer"))
+    if not _positive_duration(engine["KEEP_EARLY_FOR"]):
+        problems.append(
+            ConfigProblem(
+                "ENGINE.KEEP_EARLY_FOR", "must be a positive number of seconds or a timedelta"
+            )
+        )
     problems.extend(_retention_problems(_section(raw, "RETENTION")))
     calendars = raw.get("CALENDARS", {})
     if isinstance(calendars, Mapping):
@@ -277,6 +290,8 @@ class _Snapshot:
     timeouts: TimeoutSettings
     max_conflict_retries: int
     max_publish_depth: int
+    max_kept_events_per_saga: int
+    keep_early_for: timedelta
     step_limits: StepLimits
     calendars: Mapping[str, Mapping[str, Any]]
     api: dict[str, Any]
@@ -305,6 +320,8 @@ class _Snapshot:
             ),
             max_conflict_retries=engine["MAX_CONFLICT_RETRIES"],
             max_publish_depth=engine["MAX_PUBLISH_DEPTH"],
+            max_kept_events_per_saga=engine["MAX_KEPT_EVENTS_PER_SAGA"],
+            keep_early_for=_validated_timedelta(engine["KEEP_EARLY_FOR"]),
             step_limits=StepLimits(
                 max_timers=engine["MAX_TIMERS_PER_STEP"],
                 max_events=engine["MAX_EVENTS_PER_STEP"],
@@ -374,6 +391,14 @@ class SagaSettings:
     @property
     def max_publish_depth(self) -> int:
         return self._current().max_publish_depth
+
+    @property
+    def max_kept_events_per_saga(self) -> int:
+        return self._current().max_kept_events_per_saga
+
+    @property
+    def keep_early_for(self) -> timedelta:
+        return self._current().keep_early_for
 
     @property
     def step_limits(self) -> StepLimits:

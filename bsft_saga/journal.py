@@ -31,6 +31,7 @@ from bsft_saga.models import (
     JournalKind,
     JournalVia,
     SagaJournalEntry,
+    SagaKeptEvent,
     SagaOutboxMessage,
     SagaTimeout,
 )
@@ -109,6 +110,21 @@ def outbox_entry(message: SagaOutboxMessage, kind: JournalKind, *, at: datetime)
         event_type=message.event_type,
         message_id=message.pk,
         correlation_id=message.correlation_id,
+    )
+
+
+def kept_entry(row: SagaKeptEvent, kind: JournalKind, *, at: datetime) -> dict[str, Any]:
+    """The entry of what became of a kept event without moving its saga (it was
+    dead-lettered): its event."""
+    assert row.saga_id is not None
+    return _entry(
+        row.saga_id,
+        kind,
+        JournalVia.KEPT,
+        at=at,
+        event_type=row.event_type,
+        message_id=row.message_id,
+        correlation_id=row.correlation_id,
     )
 
 

@@ -22,8 +22,10 @@ from bsft_saga.moments import format_moment
 from bsft_saga.querysets import (
     DeliveryStatus,
     SagaInstanceQuerySet,
+    SagaKeptEventQuerySet,
     SagaOutboxQuerySet,
     SagaTimeoutQuerySet,
+    kept_status,
     outbox_due_at,
     outbox_status,
     timer_status,
@@ -163,50 +165,9 @@ class SagaInboxEntry(models.Model):
         return f"{self.event_type} {self.message_id}"
 
 
-class SagaKeptEvent(models.Model):
-    """An event that reached its saga before the step that awaits it (``keep_early=True``).
-
-    Written in a version-checked window of its own, once per message id; deleted by the
-    window that applies it, or when its saga completes first.
-    """
-
-    saga = models.ForeignKey(
-        SagaInstance,
-        verbose_name=_("saga"),
-        on_delete=models.CASCADE,
-        related_name="kept_events",
-    )
-    step_index = models.PositiveIntegerField(
-        _("step index"), help_text=_("The step that keeps the event: it is applied there.")
-    )
-    event_type = models.CharField(_("event type"), max_length=200)
-    payload = models.JSONField(_("payload"))
-    message_id = models.UUIDField(_("message id"))
-    correlation_id = models.CharField(_("correlation id"), max_length=200, blank=True)
-    causation_id = models.UUIDField(_("causation id"), null=True, blank=True)
-    deadline = models.DateTimeField(_("deadline"), null=True, blank=True)
-    published_at = models.DateTimeField(_("published at"), null=True, blank=True)
-    kept_at = models.DateTimeField(_("kept at"))
-
-    class Meta:
-        verbose_name = _("saga kept event")
-        verbose_name_plural = _("saga kept events")
-        constraints = [
-            models.UniqueConstraint(
-                fields=["saga", "message_id"], name="bsft_saga_kept_once_per_saga"
-            ),
-        ]
-        indexes = [
-            models.Index(fields=["saga", "step_index", "kept_at"], name="bsft_saga_kept_step_idx")
-        ]
-
-    def __str__(self) -> str:
-        return f"{self.event_type} {self.message_id}"
-
-
 class DeliveryRow(models.Model):
-    """The columns a timer and an outbox message share: one delivery machinery, two tables
-    (``bsft_saga.delivery``). ``querysets.DeliveryStatus`` names the states they define."""
+    """The columns a timer, an outbox message and a kept event share: one delivery
+    machinery (``bsft_saga.delivery``). ``querysets.DeliveryStatus`` names their states."""
 
     attempts = models.PositiveIntegerField(_("attempts"), default=0)
     last_error = models.TextField(_("last error"), blank=True)
@@ -236,6 +197,96 @@ class DeliveryRow(models.Model):
     def status(self, now: datetime | None = None) -> DeliveryStatus:
         """Where the row is in its delivery lifecycle at ``now`` (default: the clock)."""
         raise NotImplementedError
+
+
+class SagaKeptEvent(DeliveryRow):
+    """An event that reached its saga before the step that awaits it (``keep_early=True``),
+    or reached a key with no active saga yet (``saga`` null: kept for the saga that starts
+    for ``saga_type`` and ``correlation_key`` within ``ENGINE.KEEP_EARLY_FOR``).
+
+    Written once per message id; applied to its one saga (never published again) when that
+    saga reaches ``step_index``, with the attempts, retry back-off and dead letter of timers
+    and outbox rows; deleted by the window that applies it, or discarded (counted ignored,
+    ``not_awaited``) by the commit that moves its saga past the last step that could take it.
+    """
+
+    saga = models.ForeignKey(
+        SagaInstance,
+        verbose_name=_("saga"),
+        on_delete=models.CASCADE,
+        related_name="kept_events",
+        null=True,
+        blank=True,
+        help_text=_("Null while no saga of its key is active yet (kept before its saga started)."),
+    )
+    saga_type = models.CharField(_("saga type"), max_length=200, blank=True)
+    correlation_key = models.CharField(_("correlation key"), max_length=200, blank=True)
+    step_index = models.PositiveIntegerField(
+        _("step index"), help_text=_("The step that keeps the event: it is applied there.")
+    )
+    event_type = models.CharField(_("event type"), max_length=200)
+    payload = models.JSONField(_("payload"))
+    message_id = models.UUIDField(_("message id"))
+    correlation_id = models.CharField(_("correlation id"), max_length=200, blank=True)
+    causation_id = models.UUIDField(_("causation id"), null=True, blank=True)
+    deadline = models.DateTimeField(_("deadline"), null=True, blank=True)
+    published_at = models.DateTimeField(_("published at"), null=True, blank=True)
+    kept_at = models.DateTimeField(_("kept at"))
+    next_attempt_at = models.DateTimeField(
+        _("next attempt at"),
+        null=True,
+        blank=True,
+        help_text=_(
+            "Set when its saga reaches its step: not applied before this (later, after a "
+            "failed attempt: the retry back-off). Null while it waits for its step."
+        ),
+    )
+
+    objects = SagaKeptEventQuerySet.as_manager()
+
+    class Meta:
+        verbose_name = _("saga kept event")
+        verbose_name_plural = _("saga kept events")
+        constraints = [
+            models.UniqueConstraint(
+                fields=["saga", "message_id"], name="bsft_saga_kept_once_per_saga"
+            ),
+            # Kept before its saga started: once per key and message id (a redelivery).
+            models.UniqueConstraint(
+                fields=["saga_type", "correlation_key", "message_id"],
+                condition=Q(saga__isnull=True),
+                name="bsft_saga_kept_once_per_key",
+            ),
+        ]
+        indexes = [
+            models.Index(fields=["saga", "step_index", "kept_at"], name="bsft_saga_kept_step_idx"),
+            # What a pass applies: rows whose saga is at their step, by the time they are
+            # ready. A row waiting for a later step (the many) is not in it.
+            models.Index(
+                fields=["next_attempt_at", "id"],
+                name="bsft_saga_kept_ready_idx",
+                condition=Q(next_attempt_at__isnull=False, dead_lettered_at__isnull=True),
+            ),
+            models.Index(
+                fields=["dead_lettered_at"],
+                name="bsft_saga_kept_dead_idx",
+                condition=Q(dead_lettered_at__isnull=False),
+            ),
+            # Kept before their saga started, by age: the drain discards them past the window.
+            models.Index(
+                fields=["kept_at"],
+                name="bsft_saga_kept_unowned_idx",
+                condition=Q(saga__isnull=True),
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.event_type} {self.message_id}"
+
+    def status(self, now: datetime | None = None) -> DeliveryStatus:
+        """Where the kept event is at ``now`` (default: the clock): waiting for its step,
+        ready, retrying, claimed or dead-lettered."""
+        return kept_status(self, now or clock.now())
 
 
 class SagaOutboxMessage(DeliveryRow):

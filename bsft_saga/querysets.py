@@ -30,7 +30,12 @@ from django.db.models.functions import Coalesce
 
 if TYPE_CHECKING:
     # Named in the string type arguments of the QuerySet bases below.
-    from bsft_saga.models import SagaInstance, SagaOutboxMessage, SagaTimeout  # noqa: F401
+    from bsft_saga.models import (  # noqa: F401
+        SagaInstance,
+        SagaKeptEvent,
+        SagaOutboxMessage,
+        SagaTimeout,
+    )
 
 M = TypeVar("M", bound=models.Model)
 Q_ = TypeVar("Q_", bound="DeliveryQuerySet[Any]")
@@ -226,6 +231,61 @@ class SagaOutboxQuerySet(DeliveryQuerySet["SagaOutboxMessage"]):
         return self.none()  # fired, missed, canceled: timers only
 
 
+class SagaKeptEventQuerySet(DeliveryQuerySet["SagaKeptEvent"]):
+    """Kept events: pending until applied (the row is deleted) or dead-lettered.
+
+    A kept event becomes ready when its saga reaches its step (``next_attempt_at`` is set
+    then); before that it waits, whatever the time.
+    """
+
+    ready_fields = ("next_attempt_at",)
+
+    def pending(self) -> SagaKeptEventQuerySet:
+        """Kept events still to be applied (not dead-lettered)."""
+        return self.filter(dead_lettered_at__isnull=True)
+
+    def claimable(self, now: datetime) -> SagaKeptEventQuerySet:
+        """Kept events whose saga is at their step, past any back-off, held by nobody, in
+        the order they became ready (the partial index ``bsft_saga_kept_ready_idx``)."""
+        return (
+            self.pending()
+            .filter(next_attempt_at__lte=now)
+            .exclude(claimed_until__gte=now)
+            .order_by("next_attempt_at", "pk")
+        )
+
+    def in_ready_order(self) -> SagaKeptEventQuerySet:
+        return self.order_by("next_attempt_at", "pk")
+
+    def first_ready_at(self) -> datetime | None:
+        first: datetime | None = self.pending().aggregate(first=Min("next_attempt_at"))["first"]
+        return first
+
+    def waiting(self, now: datetime) -> SagaKeptEventQuerySet:
+        """Kept events whose saga has not reached their step (or has no saga yet)."""
+        return self.pending().filter(next_attempt_at__isnull=True).exclude(_claimed(now))
+
+    def without_saga(self) -> SagaKeptEventQuerySet:
+        """Kept for a key whose saga had not started yet (``saga`` null)."""
+        return self.filter(saga__isnull=True)
+
+    def retired_in(self, status: DeliveryStatus) -> SagaKeptEventQuerySet:
+        if status == DeliveryStatus.DEAD_LETTERED:
+            return self.dead_lettered()
+        return self.none()  # applied or discarded rows are deleted
+
+
+def kept_status(row: SagaKeptEvent, now: datetime) -> DeliveryStatus:
+    """The status of one kept event at ``now`` (the Python twin of ``in_status``)."""
+    if row.dead_lettered_at is not None:
+        return DeliveryStatus.DEAD_LETTERED
+    if row.claimed_until is not None and row.claimed_until >= now:
+        return DeliveryStatus.CLAIMED
+    if row.next_attempt_at is None:
+        return DeliveryStatus.WAITING
+    return DeliveryStatus.RETRYING if row.next_attempt_at > now else DeliveryStatus.READY
+
+
 def _pending_status(row: Any, ready_from: datetime, now: datetime) -> DeliveryStatus:
     if row.claimed_until is not None and row.claimed_until >= now:
         return DeliveryStatus.CLAIMED
@@ -264,6 +324,7 @@ TIMER_STATUSES = (
     DeliveryStatus.CANCELED,
     DeliveryStatus.DEAD_LETTERED,
 )
+KEPT_STATUSES = (*PENDING_STATUSES, DeliveryStatus.DEAD_LETTERED)
 OUTBOX_STATUSES = (
     DeliveryStatus.WAITING,
     DeliveryStatus.READY,

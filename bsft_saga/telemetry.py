@@ -93,6 +93,7 @@ COUNTERS: Final[Mapping[str, str]] = MappingProxyType(
         "timeout.missed": "Due timers skipped by the catch-up policy.",
         "timeout.dead_lettered": "Timers given up after MAX_DISPATCH_ATTEMPTS failed dispatches.",
         "outbox.dead_lettered": "Outbox rows given up after MAX_DISPATCH_ATTEMPTS deliveries.",
+        "kept.dead_lettered": "Kept events given up after MAX_DISPATCH_ATTEMPTS failed attempts.",
         "event.ignored": "Events a flow awaits somewhere that no instance took, by reason.",
     }
 )
@@ -123,7 +124,13 @@ ATTR_CORRELATION_ID: Final = "saga.correlation_id"
 ATTR_REASON: Final = "reason"
 
 #: The ``reason`` values of ``bsft.saga.event.ignored``.
-IGNORED_REASONS: Final = ("no_instance", "not_awaited", "duplicate", "timer_never_starts")
+IGNORED_REASONS: Final = (
+    "no_instance",
+    "not_awaited",
+    "duplicate",
+    "timer_never_starts",
+    "kept_limit",
+)
 
 
 @cache
@@ -230,8 +237,9 @@ def count_ignored(saga_type: str, reason: str) -> None:
 
     ``reason``: ``"no_instance"`` (nothing to advance and not a start event),
     ``"not_awaited"`` (the current step awaits something else), ``"duplicate"`` (the
-    instance already handled that message id) or ``"timer_never_starts"`` (a timer's event
-    for a start step: it starts no saga).
+    instance already handled that message id), ``"timer_never_starts"`` (a timer's event
+    for a start step: it starts no saga) or ``"kept_limit"`` (an early event its saga had no
+    room to keep: ``ENGINE.MAX_KEPT_EVENTS_PER_SAGA``).
     """
     if reason not in IGNORED_REASONS:
         raise ValueError(f"Unknown reason {reason!r}; expected one of {IGNORED_REASONS}.")

@@ -37,7 +37,7 @@ from django.db.models.constants import LOOKUP_SEP
 from django.http import HttpRequest
 
 from bsft_saga.db.datetimes import readable_q
-from bsft_saga.models import SagaInstance, SagaOutboxMessage, SagaTimeout
+from bsft_saga.models import SagaInstance, SagaKeptEvent, SagaOutboxMessage, SagaTimeout
 
 if TYPE_CHECKING:
     from django.db.models import QuerySet
@@ -56,6 +56,7 @@ CONTENT_FIELDS: dict[type[models.Model], frozenset[str]] = {
     SagaInstance: frozenset({"state"}),
     SagaTimeout: frozenset({"payload", "last_error", "dead_letter_reason"}),
     SagaOutboxMessage: frozenset({"payload", "last_error"}),
+    SagaKeptEvent: frozenset({"payload", "last_error"}),
 }
 
 

@@ -106,7 +106,8 @@ def _journal(row: Any, saga: Any, user: Any) -> None:
         JournalKind.REQUEUED,
         user=user,
         event_type=row.event_type,
-        message_id=row.pk,
+        # An outbox row's pk is its message id; a kept event stores its own.
+        message_id=getattr(row, "message_id", row.pk),
         correlation_id=row.correlation_id,
         step=saga.step_index,
     )

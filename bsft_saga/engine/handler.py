@@ -8,6 +8,7 @@ fresh state, up to ``ENGINE.MAX_CONFLICT_RETRIES`` times.
 
 from __future__ import annotations
 
+import enum
 import logging
 import random
 import time
@@ -20,12 +21,15 @@ from functools import partial
 from typing import Any
 
 from asgiref.sync import async_to_sync
+from django.db import transaction
 
 from bsft_saga import clock, telemetry
 from bsft_saga.conf import saga_settings
 from bsft_saga.correlation import correlation_scope
 from bsft_saga.db.datetimes import storable
 from bsft_saga.delivery import staging
+from bsft_saga.delivery.failures import failure_reason, lost_the_connection, record_failure
+from bsft_saga.delivery.report import Outcome
 from bsft_saga.engine import kept, lookup, window
 from bsft_saga.engine.context import SagaContext
 from bsft_saga.engine.deadlines import DeadlineExpired
@@ -111,16 +115,32 @@ class _Keep:
 
 
 @dataclass(frozen=True)
+class _KeepForKey:
+    """The event reached a key with no active saga: keep it for the step ``for_step`` of
+    the saga that starts for the key (within ``ENGINE.KEEP_EARLY_FOR``)."""
+
+    correlation_key: str
+    for_step: int
+
+
+@dataclass(frozen=True)
 class _Ignored:
     """The event is not for this flow's instance; ``reason`` is the counter's attribute."""
 
-    reason: str  # "no_instance" | "not_awaited" | "duplicate" | "timer_never_starts"
+    # "no_instance" | "not_awaited" | "duplicate" | "timer_never_starts" | "kept_limit"
+    reason: str
     correlation_key: str
     step_index: int | None = None
 
 
+#: What planning an event found to do with it (``None``: another definition takes it).
+_Planned = _Plan | _Keep | _KeepForKey | _Ignored | None
+
+
 def _apply(
-    flow: FlowDefinition, envelope: Envelope, plan: Callable[[], _Plan | _Keep | _Ignored | None]
+    flow: FlowDefinition,
+    envelope: Envelope,
+    plan: Callable[[], _Planned],
 ) -> None:
     """Plan against the current row, run, commit; re-plan after losing a version race."""
     retries = saga_settings.max_conflict_retries
@@ -134,7 +154,7 @@ def _apply(
             return
         key = planned.correlation_key
         try:
-            if isinstance(planned, _Keep):
+            if isinstance(planned, _Keep | _KeepForKey):
                 _keep(flow, planned, envelope)
             else:
                 _run_and_commit(flow, planned, envelope)
@@ -149,8 +169,10 @@ def _apply(
 
 
 def _fresh(
-    flow: FlowDefinition, envelope: Envelope, plan: Callable[[], _Plan | _Keep | _Ignored | None]
-) -> _Plan | _Keep | _Ignored | None:
+    flow: FlowDefinition,
+    envelope: Envelope,
+    plan: Callable[[], _Planned],
+) -> _Planned:
     """``plan()``, made again if the pass delivering the event held writes for its saga.
 
     A pass commits in groups: a saga an earlier row of the same group advanced is not
@@ -188,7 +210,7 @@ def _plan_step(
     step_indices: set[int],
     envelope: Envelope,
     meanwhile: Collection[int] = (),
-) -> _Plan | _Keep | _Ignored | None:
+) -> _Planned:
     """Find the instance for ``key`` and the step that takes the event, or drop it.
 
     One query reads the active instance and whether it already handled the message; for a
@@ -211,7 +233,14 @@ def _plan_step(
     )
     if instance is None:
         if not is_start:
-            return _Ignored("no_instance", key) if is_current else None
+            if not is_current:
+                return None
+            # A wait that keeps the type early keeps it for the saga the key starts later
+            # (its start event may be deferred, or simply published a moment after this).
+            for_step = flow.kept_for(0, envelope.event_type) if timer is None else None
+            if for_step is not None:
+                return _KeepForKey(key, for_step)
+            return _Ignored("no_instance", key)
         if timer is not None:
             return _Ignored("timer_never_starts", key)
         return _Plan(
@@ -245,9 +274,38 @@ def _plan_step(
     return _Ignored("not_awaited", key, instance.step_index)
 
 
-def _keep(flow: FlowDefinition, keeping: _Keep, envelope: Envelope) -> None:
-    if not kept.keep(keeping.saga_id, keeping.version, keeping.for_step, envelope, now=clock.now()):
-        _ignore(flow, envelope, _Ignored("duplicate", keeping.correlation_key, keeping.step_index))
+def _keep(flow: FlowDefinition, keeping: _Keep | _KeepForKey, envelope: Envelope) -> None:
+    now = clock.now()
+    key = keeping.correlation_key
+    if isinstance(keeping, _Keep):
+        step: int | None = keeping.step_index
+        outcome = kept.keep(
+            keeping.saga_id,
+            keeping.version,
+            keeping.for_step,
+            envelope,
+            saga_type=flow.saga_type,
+            correlation_key=key,
+            now=now,
+        )
+    else:
+        step = None
+        outcome = kept.keep_for_key(flow.saga_type, key, keeping.for_step, envelope, now=now)
+    if outcome == kept.DUPLICATE:
+        _ignore(flow, envelope, _Ignored("duplicate", key, step))
+        return
+    if outcome == kept.OVER_LIMIT:
+        telemetry.count_ignored(flow.saga_type, "kept_limit")
+        logger.warning(
+            "bsft_saga: %s %s not kept by flow %s (%r), key %r: %s events are kept for it "
+            "already (ENGINE.MAX_KEPT_EVENTS_PER_SAGA); ignored",
+            envelope.event_type,
+            envelope.message_id,
+            flow.flow_name,
+            flow.saga_type,
+            key,
+            saga_settings.max_kept_events_per_saga,
+        )
         return
     logger.debug(
         "bsft_saga: %s %s kept by flow %s (%r), key %r, step %s, for step %s",
@@ -255,51 +313,86 @@ def _keep(flow: FlowDefinition, keeping: _Keep, envelope: Envelope) -> None:
         envelope.message_id,
         flow.flow_name,
         flow.saga_type,
-        keeping.correlation_key,
-        keeping.step_index,
+        key,
+        "- (no saga yet)" if step is None else step,
         keeping.for_step,
     )
 
 
-# Set while apply_kept runs in this context: the windows it commits reach steps that may
-# keep events too, and their on_commit leaves those to the loop already running.
-_applying: ContextVar[bool] = ContextVar("bsft_saga_applying_kept", default=False)
+# The sagas whose kept events apply_kept is applying in this context: the windows it
+# commits reach steps that may keep events too, and their on_commit leaves those to the
+# loop already running for that saga (and to none other: another saga's are applied).
+_applying: ContextVar[frozenset[uuid.UUID]] = ContextVar(
+    "bsft_saga_applying_kept", default=frozenset()
+)
+
+
+class _Attempt(enum.Enum):
+    APPLIED = "applied"
+    DEAD_LETTERED = "dead_lettered"  # given up: the saga's next kept event may go
+    STOPPED = "stopped"  # nothing ready, failed (backing off), or not applied
 
 
 def apply_kept(flow: FlowDefinition, saga_id: uuid.UUID) -> int:
     """Apply the kept events of the step ``saga_id`` is at, oldest first, each in a window
-    of its own; return how many were applied.
+    of its own, and then those of each step that reaches in turn, until the saga is at a
+    step with none ready (or completes); return how many were applied.
 
     Run with no transaction open (after the commit that reached the step, or by the
     drain). A window that applies a kept event deletes its row in the same commit, so a
-    crash loses none: the row waits for the next drain. A failed one is logged and left
-    kept; it never fails the commit that reached the step.
+    crash loses none: the row waits for the next drain. A failed one is logged, counted an
+    attempt and waits out the retry back-off (``TIMEOUTS`` ``RETRY_BACKOFF``,
+    ``MAX_RETRY_DELAY``), and is dead-lettered at ``MAX_DISPATCH_ATTEMPTS``; it never fails
+    the commit that reached the step. The saga's younger kept events wait behind a failing
+    one; a dead-lettered one lets them go.
     """
-    if _applying.get():
+    applying = _applying.get()
+    if saga_id in applying:
         return 0
-    token = _applying.set(True)
+    token = _applying.set(applying | {saga_id})
     applied = 0
     try:
-        while (row := kept.next_kept(saga_id)) is not None:
-            try:
-                envelope = kept.envelope_of(row)
-                with correlation_scope(envelope.correlation_id):
-                    _apply(flow, envelope, partial(_plan_kept, flow, row, envelope))
-            except Exception:
-                logger.exception(
-                    "bsft_saga: applying kept event %s %s to %s saga %s failed; it stays kept",
-                    row.event_type,
-                    row.message_id,
-                    flow.saga_type,
-                    saga_id,
-                )
-                return applied
-            if SagaKeptEvent.objects.filter(pk=row.pk).exists():
-                return applied  # not applied (its saga runs another definition): stays
-            applied += 1
+        while (attempt := _apply_next(flow, saga_id)) is not _Attempt.STOPPED:
+            if attempt is _Attempt.APPLIED:
+                applied += 1
     finally:
         _applying.reset(token)
     return applied
+
+
+def _apply_next(flow: FlowDefinition, saga_id: uuid.UUID) -> _Attempt:
+    """Claim the saga's next kept event and apply it; record a failure on its row."""
+    row = kept.next_kept(saga_id)
+    if row is None:
+        return _Attempt.STOPPED
+    claim = kept.claim(row, now=clock.now())
+    if claim is None:
+        return _Attempt.STOPPED  # backing off, or another process is applying it
+    try:
+        envelope = kept.envelope_of(row)
+        with correlation_scope(envelope.correlation_id):
+            _apply(flow, envelope, partial(_plan_kept, flow, row, envelope))
+    except Exception as exc:
+        if lost_the_connection(exc):
+            raise
+        config = saga_settings.timeouts
+        logger.exception(
+            "bsft_saga: applying %s to %s saga %s failed (attempt %s of %s)",
+            kept.KEPT.describe(row),
+            flow.saga_type,
+            saga_id,
+            row.attempts + 1,
+            config.max_dispatch_attempts,
+        )
+        outcome = record_failure(kept.KEPT, row, claim, failure_reason(exc), config)
+        if outcome is Outcome.DEAD_LETTERED:
+            telemetry.count(kept.KEPT.dead_lettered_counter, flow.saga_type)
+            return _Attempt.DEAD_LETTERED
+        return _Attempt.STOPPED
+    if SagaKeptEvent.objects.filter(pk=row.pk).exists():
+        kept.release(row, claim)  # not applied (its saga moved on meanwhile): stays
+        return _Attempt.STOPPED
+    return _Attempt.APPLIED
 
 
 def _plan_kept(
@@ -319,16 +412,28 @@ def _plan_kept(
 
 
 def apply_stragglers(*, limit: int = 100) -> int:
-    """Apply kept events that the commit reaching their step left behind (a crash between
-    that commit and its ``on_commit``); return how many were applied.
+    """Apply the kept events that are ready and that no commit applies: the commit
+    reaching their step was followed by a crash, their retry back-off has run out, or they
+    were requeued; return how many were applied.
 
-    One query, and only when an installed flow keeps early events. Per saga isolated: a
-    broken one is logged and skipped.
+    Also discards the events kept for a key whose saga did not start within
+    ``ENGINE.KEEP_EARLY_FOR`` (counted ignored, ``not_awaited``), and hands those kept while
+    their saga was starting to it. Only when an installed flow keeps early events; found
+    through partial indexes. Per saga isolated: a broken one is logged and skipped, and a
+    saga whose kept event keeps failing waits out its back-off without taking another
+    saga's place.
     """
     if not any(flow.keeps_early for flow in flow_registry.all()):
         return 0
+    now = clock.now()
+    kept.discard_expired(now=now, limit=limit)
+    for saga_id, saga_type, key, flow_version in kept.unadopted(now=now, limit=limit):
+        try:
+            _adopt_late(saga_id, saga_type, key, flow_version, now=now)
+        except Exception:
+            logger.exception("bsft_saga: handing kept events to saga %s failed", saga_id)
     applied = 0
-    for saga_id, saga_type, flow_version in kept.stragglers(limit):
+    for saga_id, saga_type, flow_version in kept.ready_sagas(limit, now=now):
         try:
             flow = flow_registry.definition_for(saga_type, flow_version)
             if activation.is_active(flow.saga_type):
@@ -336,6 +441,25 @@ def apply_stragglers(*, limit: int = 100) -> int:
         except Exception:
             logger.exception("bsft_saga: applying the kept events of saga %s failed", saga_id)
     return applied
+
+
+def _adopt_late(
+    saga_id: uuid.UUID, saga_type: str, key: str, flow_version: int, *, now: datetime
+) -> None:
+    """Give the active saga of a key the events kept for the key while it started (the
+    saga's creation did not see them yet), settled as its creation would have."""
+    flow = flow_registry.definition_for(saga_type, flow_version)
+    with transaction.atomic():
+        step = (
+            SagaInstance.objects.select_for_update()
+            .filter(pk=saga_id, is_complete=False)
+            .values_list("step_index", flat=True)
+            .first()
+        )
+        if step is None or not kept.adopt(saga_id, saga_type, key, now=now):
+            return
+        # Settled as its creation would have: rows for a step it passed move on.
+        kept.move_on(saga_id, saga_type, flow.next_awaiting, reached=step, now=now)
 
 
 def _new_deadline(flow: FlowDefinition, envelope: Envelope) -> datetime | None:
@@ -424,7 +548,7 @@ def _run_and_commit(flow: FlowDefinition, plan: _Plan, envelope: Envelope) -> No
             kind=_journal_kind(plan, envelope, completes=completes),
             step_before=None if plan.is_new else plan.step_index,
             kept_id=plan.kept_id,
-            discards_kept=flow.keeps_early,
+            next_awaiting=flow.next_awaiting if flow.keeps_early else None,
             after_commit=(
                 partial(apply_kept, flow, plan.saga_id) if reaches_keeping_step else None
             ),

@@ -75,7 +75,9 @@ class Transition:
     kind: JournalKind = JournalKind.ADVANCED  # what the journal says the transition was
     step_before: int | None = None  # the step that handled the event (None: a new instance)
     kept_id: int | None = None  # the kept event this window applies: deleted with it
-    discards_kept: bool = False  # the flow keeps early events: a completion discards them
+    #: The flow keeps early events: its ``next_awaiting``, by which a commit that moves the
+    #: saga settles its kept rows (``kept.move_on``); ``None`` for a flow that keeps none.
+    next_awaiting: kept.NextAwaiting | None = None
     after_commit: Callable[[], object] | None = None  # e.g. apply the reached step's kept events
 
 
@@ -98,7 +100,10 @@ def commit(transition: Transition) -> None:
         return
     via = JournalVia.KEPT if t.kept_id is not None else JournalVia.PUBLISH
     try:
-        if t.is_new and not transaction.get_connection().in_atomic_block:
+        # A new saga of a flow that keeps events also takes those kept for its key: in a
+        # transaction, with its creation.
+        alone = t.next_awaiting is None and not transaction.get_connection().in_atomic_block
+        if t.is_new and alone:
             written = _create(t, via)  # all or nothing on its own (sql.insert_together)
         else:
             with transaction.atomic():
@@ -198,6 +203,7 @@ def _create(t: Transition, via: JournalVia) -> _Written:
         ]
     )
     outbox.deliver_after_commit(_delivered_after_commit(t))
+    _settle_kept(t)
     return _Written(scheduled=len(timers))
 
 
@@ -228,12 +234,7 @@ def _advance_of(t: Transition, via: JournalVia) -> staging.Advance:
 
 
 def _advance_rest(t: Transition) -> _Written:
-    if t.kept_id is not None:
-        kept.forget(t.kept_id)
-    if t.completes and t.discards_kept:
-        kept.discard(t.saga_id, t.saga_type)
-    if t.after_commit is not None:
-        transaction.on_commit(t.after_commit)
+    _settle_kept(t)
     if t.completes:
         # A completed saga keeps no pending timer, and writes none of its last step's.
         written = _Written(canceled=timer_store.cancel_all(t.saga_id, now=t.now))
@@ -242,6 +243,24 @@ def _advance_rest(t: Transition) -> _Written:
         written = _apply_timer_operations(t, canceled)
     _write_outbox(t)
     return written
+
+
+def _settle_kept(t: Transition) -> None:
+    """What the transition does to the saga's kept events: the one it applies is deleted;
+    a new saga takes those kept for its key; a completion discards the rest, a move to
+    another step settles them (``kept.move_on``). Then the reached step's are applied,
+    after the commit (``after_commit``)."""
+    if t.kept_id is not None:
+        kept.forget(t.kept_id)
+    if t.next_awaiting is not None:
+        if t.is_new:
+            kept.adopt(t.saga_id, t.saga_type, t.correlation_key, now=t.now)
+        if t.completes:
+            kept.discard(t.saga_id, t.saga_type)
+        elif t.is_new or t.step_index != t.step_before:
+            kept.move_on(t.saga_id, t.saga_type, t.next_awaiting, reached=t.step_index, now=t.now)
+    if t.after_commit is not None:
+        transaction.on_commit(t.after_commit)
 
 
 def _progress(t: Transition) -> dict[str, Any]:

@@ -213,6 +213,14 @@ class FlowDefinition:
                 return None
         return None
 
+    def next_awaiting(self, step_index: int, event_type: str) -> int | None:
+        """The first step after ``step_index`` that awaits ``event_type`` (``None``: no
+        later step does): where an event kept for a step the saga passed is applied."""
+        for step in self.steps[step_index + 1 :]:
+            if any(t.event_type == event_type for t in step.triggers):
+                return step.index
+        return None
+
     def new_state(self) -> Any:
         return self.state_class()
 

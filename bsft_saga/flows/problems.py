@@ -20,9 +20,10 @@ def shape_problems(definition: Any, obj: Any) -> list[FlowProblem]:
     """What is wrong with the shape of a built flow ``definition`` (``obj``: its class).
 
     E018: keyed and unkeyed waits mixed: the unkeyed ones reach the single instance (key
-    ``""``), never the keyed instances. E019: ``keep_early`` on a wait that no earlier wait
-    precedes (the first wait after the start): an active saga is never at an earlier step,
-    so nothing is ever kept. E021: ``meanwhile`` for a type its own step awaits: the wait
+    ``""``), never the keyed instances. E019: ``keep_early`` on an alternative of the start step
+    (``or_`` right after ``start_with``): an event of the start step starts a saga, so
+    nothing is ever kept for it. (On the first wait it keeps an event that arrives before
+    its saga starts.) E021: ``meanwhile`` for a type its own step awaits: the wait
     would take the event, and the body never runs.
     """
     problems = []
@@ -49,17 +50,17 @@ def shape_problems(definition: Any, obj: Any) -> list[FlowProblem]:
                 hint="Give every start_with/wait_for/or_/meanwhile a key=, or none of them.",
             )
         )
-    for step in definition.steps[:2]:
+    for step in definition.steps[:1]:
         for trigger in step.triggers:
             if trigger.keep_early:
                 problems.append(
                     FlowProblem(
                         "bsft_saga.E019",
                         f"{definition.where(step.index)}: keep_early on "
-                        f"{trigger.event_class.__name__}, but no earlier wait precedes this "
-                        "step: an active saga is never before it, so nothing is ever kept",
+                        f"{trigger.event_class.__name__}, but this is the start step: its "
+                        "event starts a saga, so nothing is ever kept for it",
                         obj,
-                        hint="Drop keep_early=True, or move the wait after another wait.",
+                        hint="Drop keep_early=True, or move the event to a later wait.",
                     )
                 )
     for step in definition.steps:

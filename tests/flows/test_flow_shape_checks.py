@@ -1,5 +1,5 @@
 """Flow shapes ``manage.py check`` refuses: keyed and unkeyed waits mixed (E018), a
-``keep_early`` with no earlier wait to be early for (E019), a ``meanwhile`` for a type its
+``keep_early`` on the start step (E019), a ``meanwhile`` for a type its
 own step awaits (E021); and a keyed flow's key returning ``""`` at run time."""
 
 from __future__ import annotations
@@ -36,6 +36,19 @@ class MixedKeysFlow(SagaFlow):
 
 class KeepsTooEarlyFlow(SagaFlow):
     saga_type = "tests.checks.keeps-too-early"
+
+    def configure(self, factory: Any) -> None:
+        (
+            factory.stateless()
+            .start_with(OrderAccepted, key=_key)
+            .or_(ParcelPacked, key=_key, keep_early=True)
+            .wait_for(NoteAdded, key=_key)
+            .complete()
+        )
+
+
+class KeepsOnTheFirstWaitFlow(SagaFlow):
+    saga_type = "tests.checks.keeps-on-the-first-wait"
 
     def configure(self, factory: Any) -> None:
         (
@@ -79,11 +92,16 @@ def test_a_flow_mixing_keyed_and_unkeyed_waits_is_e018_naming_flow_and_step() ->
     assert problem.hint
 
 
-def test_keep_early_on_the_first_wait_is_e019_naming_flow_and_step() -> None:
+def test_keep_early_on_the_start_step_is_e019_naming_flow_and_step() -> None:
     [problem] = problems_of(KeepsTooEarlyFlow)
     assert problem.check_id == "bsft_saga.E019"
     assert "KeepsTooEarlyFlow" in problem.message
-    assert "step 1 (wait_for ParcelPacked)" in problem.message
+    assert "step 0 (start_with OrderAccepted | ParcelPacked)" in problem.message
+
+
+def test_keep_early_on_the_first_wait_is_no_problem() -> None:
+    # It keeps an event that arrives before its saga starts.
+    assert problems_of(KeepsOnTheFirstWaitFlow) == []
 
 
 def test_meanwhile_for_a_type_the_step_awaits_is_e021_naming_flow_and_step() -> None:
