@@ -16,11 +16,17 @@ Pause points:
     statement for a commit group), inside the group's transaction;
 ``commit``
     before the COMMIT of a batch that stamped timers fired.
+
+With ``--mail-log``, a plain receiver of each invoice reminder "mails" slowly: it appends
+``start <invoice> <pid>`` to the log, sleeps ``--mail-seconds``, then appends
+``mail <invoice> <pid>`` (one write per line, flushed to disk), so that the parent can tell
+after a SIGKILL which reminders this process finished, and which one it was running.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 from pathlib import Path
@@ -96,6 +102,8 @@ def main() -> int:
     parser.add_argument("--pause-after", type=int, default=0)
     parser.add_argument("--pause-file", type=Path)
     parser.add_argument("--resume-file", type=Path)
+    parser.add_argument("--mail-log", type=Path, help="a slow receiver of invoice reminders")
+    parser.add_argument("--mail-seconds", type=float, default=0.0)
     args = parser.parse_args()
 
     import django
@@ -105,6 +113,8 @@ def main() -> int:
     from django.core.management import call_command
     from django.db import connection
 
+    if args.mail_log:
+        _connect_mailer(args.mail_log, args.mail_seconds)
     pause = Pause(args)
     connection.ensure_connection()
     pause.wrap_commit(connection)
@@ -114,6 +124,25 @@ def main() -> int:
     with connection.execute_wrapper(pause):
         call_command("drain_saga_timeouts", *options, stdout=sys.stdout, stderr=sys.stderr)
     return 0
+
+
+def _connect_mailer(log: Path, seconds: float) -> None:
+    from bsft_saga.signals import event_published
+    from tests.testapp.dispatch_events import InvoiceReminderDue
+
+    def write(line: str) -> None:
+        with log.open("a") as f:  # one write per line: whole lines only
+            f.write(line)
+            f.flush()
+            os.fsync(f.fileno())
+
+    def mail(sender: type, *, envelope: Any, **kwargs: Any) -> None:
+        if isinstance(envelope.event, InvoiceReminderDue):
+            write(f"start {envelope.event.invoice_id} {os.getpid()}\n")
+            time.sleep(seconds)
+            write(f"mail {envelope.event.invoice_id} {os.getpid()}\n")
+
+    event_published.connect(mail, weak=False, dispatch_uid="tests.workers.mail")
 
 
 if __name__ == "__main__":
