@@ -4,7 +4,7 @@ Each ``SagaJournalEntry`` reads as one sentence: when (to the second, with the t
 what happened, to which event or timer, through what (published, a timer, the outbox, a
 kept event, an operator), the step before and after and the version; then the correlation
 and message ids. The journal is metadata, never state or payload, so whoever may view the
-instance sees it.
+instance sees it; the names of its timers, whoever may see timers (``may_see_timers``).
 
 - :func:`timeline`: the instance page's newest ``JOURNAL_ENTRIES_LISTED`` entries, with
   how many there are in all and a link to the rest (an instance woken by a recurring timer
@@ -34,6 +34,7 @@ from django.utils.translation import ngettext
 from bsft_saga.admin.times import moment_html
 from bsft_saga.history import newest_first
 from bsft_saga.models import JournalKind, JournalVia, SagaInstance, SagaJournalEntry
+from bsft_saga.timeouts.listing import may_see_timers
 
 __all__ = [
     "JOURNAL_ENTRIES_LISTED",
@@ -52,32 +53,40 @@ ENTRIES_TEMPLATE = "admin/bsft_saga/sagainstance/journal_entries.html"
 HISTORY_TEMPLATE = "admin/bsft_saga/sagainstance/object_history.html"
 
 
-def describe(entry: SagaJournalEntry) -> SafeString:
+def describe(entry: SagaJournalEntry, *, timer_names: bool = True) -> SafeString:
     """One entry as a sentence, e.g. *Advanced on orders.paid (timer “reminder”): step 1 →
-    2, version 3.*, without its moment (shown beside it) or ids (shown after it)."""
+    2, version 3.*, without its moment (shown beside it) or ids (shown after it).
+
+    ``timer_names=False`` (a viewer who may not see timers): *(a timer)*, and an operator's
+    action on a timer without the timer's name."""
     kind = capfirst(JournalKind(entry.kind).label) if entry.kind in JournalKind else entry.kind
+    name = entry.timer_name if timer_names else ""
     return format_html(
-        "<strong>{}</strong>{}{}{}.", kind, _subject(entry), _via(entry), _progress(entry)
+        "<strong>{}</strong>{}{}{}.",
+        kind,
+        _subject(entry, name),
+        _via(entry, name),
+        _progress(entry),
     )
 
 
-def _subject(entry: SagaJournalEntry) -> SafeString:
+def _subject(entry: SagaJournalEntry, timer_name: str) -> SafeString:
     # An operator acts on a timer by name; a transition is the event that caused it.
-    if entry.via == JournalVia.OPERATOR and entry.timer_name:
-        return format_html(" “{}”", entry.timer_name)
+    if entry.via == JournalVia.OPERATOR and timer_name:
+        return format_html(" “{}”", timer_name)
     if entry.event_type:
         return format_html(" {} <code>{}</code>", _("on"), entry.event_type)
     return SafeString()
 
 
-def _via(entry: SagaJournalEntry) -> SafeString:
+def _via(entry: SagaJournalEntry, timer_name: str) -> SafeString:
     if entry.via == JournalVia.OPERATOR:
         if entry.user:
             return format_html(" {} <em>{}</em>", _("by operator"), entry.user)
         return format_html(" {}", _("by a command or code"))
     if entry.via == JournalVia.TIMER:
-        if entry.timer_name:
-            return format_html(" ({} “{}”)", _("timer"), entry.timer_name)
+        if timer_name:
+            return format_html(" ({} “{}”)", _("timer"), timer_name)
         return format_html(" ({})", _("a timer"))
     words = {
         JournalVia.PUBLISH: _("published"),
@@ -113,18 +122,22 @@ def _ids(entry: SagaJournalEntry) -> SafeString:
     return format_html_join(" · ", "{} <code>{}</code>", ids)
 
 
-def entry_lines(entries: Any) -> list[dict[str, SafeString]]:
+def entry_lines(entries: Any, *, timer_names: bool) -> list[dict[str, SafeString]]:
     """What the entries template shows of each entry: its moment, sentence and ids."""
     return [
-        {"at": moment_html(entry.at), "sentence": describe(entry), "ids": _ids(entry)}
+        {
+            "at": moment_html(entry.at),
+            "sentence": describe(entry, timer_names=timer_names),
+            "ids": _ids(entry),
+        }
         for entry in entries
     ]
 
 
-def timeline(admin_site_name: str, instance: SagaInstance) -> SafeString:
+def timeline(admin_site_name: str, instance: SagaInstance, *, timer_names: bool) -> SafeString:
     """The instance page's journal: how many entries there are, a link to the *History*
     page, and the newest ``JOURNAL_ENTRIES_LISTED`` of them. One query, two when the
-    list is full (the count)."""
+    list is full (the count). ``timer_names``: whether the viewer may see timers."""
     entries = list(newest_first(instance.journal.all())[:JOURNAL_ENTRIES_LISTED])
     total = len(entries) if len(entries) < JOURNAL_ENTRIES_LISTED else instance.journal.count()
     url = reverse(f"{admin_site_name}:bsft_saga_sagainstance_history", args=[instance.pk])
@@ -143,7 +156,7 @@ def timeline(admin_site_name: str, instance: SagaInstance) -> SafeString:
         {
             "summary": summary,
             "history_url": url,
-            "lines": entry_lines(entries),
+            "lines": entry_lines(entries, timer_names=timer_names),
         },
     )
 
@@ -172,7 +185,7 @@ class JournalHistoryMixin:
             "title": _("Journal of %(saga)s") % {"saga": instance},
             "subtitle": None,
             "page": page,
-            "lines": entry_lines(page),
+            "lines": entry_lines(page, timer_names=may_see_timers(request.user)),
             "page_range": paginator.get_elided_page_range(page.number),
             "page_var": PAGE_VAR,
             "pagination_required": paginator.num_pages > 1,

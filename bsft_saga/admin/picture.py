@@ -4,7 +4,7 @@ The steps of the flow version the instance runs under, drawn by
 :func:`bsft_saga.flows.picture.flow_svg` and marked with the instance's progress: where it
 waits, its pending timers (name, due time and the wait they belong to; no payload), its
 completion or termination, and a deadline that expired. Metadata only: it is shown to
-anyone who may see the instance.
+anyone who may see the instance, the timers' names only to those who may see timers.
 """
 
 from __future__ import annotations
@@ -22,9 +22,12 @@ from bsft_saga.timeouts.requests import DEADLINE_TIMER_NAME
 __all__ = ["instance_picture"]
 
 
-def instance_picture(instance: SagaInstance) -> SafeString | str:
+def instance_picture(instance: SagaInstance, *, timer_names: bool) -> SafeString | str:
     """The instance's flow as an inline ``<svg>``; a sentence instead when no installed
     flow declares its saga type and version (its flow was removed, or a deploy rolled back).
+
+    ``timer_names``: whether the viewer may see timers (``may_see_timers``); without it
+    each pending timer is drawn in its wait's box with its due time, unnamed.
 
     Two or three queries: the pending timers, and whether the deadline expired (its journal
     entry, else its fired timer).
@@ -44,7 +47,11 @@ def instance_picture(instance: SagaInstance) -> SafeString | str:
         .order_by("due_at", "id")
     )
     timers = [
-        PendingTimer(name=t.name, step_index=t.scheduled_step_index, due_at=t.due_at)
+        PendingTimer(
+            name=t.name if timer_names else None,
+            step_index=t.scheduled_step_index,
+            due_at=t.due_at,
+        )
         for t in pending
     ]
     # The journal says so for as long as the instance is kept; an instance older than its

@@ -64,7 +64,7 @@ from bsft_saga.querysets import (
     SagaTimeoutQuerySet,
 )
 from bsft_saga.timeouts import maintenance
-from bsft_saga.timeouts.listing import RETIRED_TIMERS_LISTED, listed_timers
+from bsft_saga.timeouts.listing import RETIRED_TIMERS_LISTED, listed_timers, may_see_timers
 
 CONTENT_PERMISSION_FALLBACK = "bsft_saga.read_saga_content"
 
@@ -79,6 +79,15 @@ def shows_content(request: HttpRequest) -> bool:
     """Whether pages show content to this request: the user may read it, and the read can
     be audited (with ``AUDIT_RECORDER = None`` nobody sees content in the admin)."""
     return can_read_content(request) and get_audit_recorder() is not None
+
+
+#: Set on the instance a change page shows: whether its viewer may see timers, and so their
+#: names in the flow's picture and the journal (the timer inline needs the same permission).
+_TIMER_NAMES_SHOWN = "_bsft_saga_timer_names_shown"
+
+
+def _timer_names_shown(obj: SagaInstance) -> bool:
+    return bool(getattr(obj, _TIMER_NAMES_SHOWN, False))
 
 
 def _pretty_json(value: Any) -> SafeString:
@@ -313,10 +322,17 @@ class SagaInstanceAdmin(JournalHistoryMixin, TerminateSagasAction, ReadOnlyAdmin
     def audited_saga(self, obj: SagaInstance) -> SagaInstance:
         return obj
 
+    def get_object(self, request: HttpRequest, object_id: str, from_field: Any = None) -> Any:
+        obj = super().get_object(request, object_id, from_field)
+        if obj is not None:
+            # The display fields below get the instance alone: it carries what they may show.
+            setattr(obj, _TIMER_NAMES_SHOWN, may_see_timers(request.user))
+        return obj
+
     @admin.display(description=_("flow"))
     def picture(self, obj: SagaInstance) -> SafeString | str:
         """The flow's steps as an inline SVG, marked with where this instance is."""
-        return instance_picture(obj)
+        return instance_picture(obj, timer_names=_timer_names_shown(obj))
 
     def get_inlines(self, request: HttpRequest, obj: Any) -> Any:
         # Kept events are rare and short-lived: their inline only where there are some.
@@ -336,7 +352,7 @@ class SagaInstanceAdmin(JournalHistoryMixin, TerminateSagasAction, ReadOnlyAdmin
     @admin.display(description=_("journal"))
     def timeline(self, obj: SagaInstance) -> SafeString:
         """The newest journal entries, as sentences; the *History* page has them all."""
-        return timeline(self.admin_site.name, obj)
+        return timeline(self.admin_site.name, obj, timer_names=_timer_names_shown(obj))
 
     @admin.display(description=_("timers"))
     def timers(self, obj: SagaInstance) -> SafeString:

@@ -118,12 +118,25 @@ JOURNAL_FIELDS = list(ENTRY_FIELDS)
 class SagaJournalEntrySerializer(
     ReadableDatetimesMixin, serializers.ModelSerializer[SagaJournalEntry]
 ):
-    """One entry of an instance's journal: metadata only, never state or payload."""
+    """One entry of an instance's journal: metadata only, never state or payload.
+
+    ``timer_name`` is the timer's name only when the serializer's context says
+    ``timer_names`` (the user may see timers: ``may_see_timers``); else ``null``, also for an
+    entry that names no timer (``""`` to those who may see timers).
+    """
+
+    timer_name = serializers.SerializerMethodField(
+        help_text="The timer that delivered the event or that the action was about ('': "
+        "none); null unless the user may see timers (bsft_saga.view_sagatimeout)."
+    )
 
     class Meta:
         model = SagaJournalEntry
         fields = JOURNAL_FIELDS
         read_only_fields = JOURNAL_FIELDS
+
+    def get_timer_name(self, entry: SagaJournalEntry) -> str | None:
+        return entry.timer_name if self.context.get("timer_names") else None
 
 
 class SagaInstanceDetailSerializer(SagaInstanceSerializer):

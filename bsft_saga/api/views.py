@@ -38,7 +38,7 @@ from bsft_saga.db.datetimes import readable_rows
 from bsft_saga.history import newest_first
 from bsft_saga.models import SagaInstance
 from bsft_saga.status import saga_status
-from bsft_saga.timeouts.listing import in_listing_order
+from bsft_saga.timeouts.listing import in_listing_order, may_see_timers
 
 
 class SagaPagination(PageNumberPagination):
@@ -123,11 +123,15 @@ class SagaInstanceViewSet(ReadOnlyModelViewSet[SagaInstance]):
     def history(self, request: Request, pk: str | None = None) -> Response:
         """The instance's journal, paged, newest first: one entry per transition (started,
         advanced, handled, completed, expired) and per operator action on it. Metadata
-        only, never state or payload: the list's permission, not audited."""
+        only, never state or payload: the list's permission, not audited. ``timer_name``
+        is null unless the user may see timers (``bsft_saga.view_sagatimeout``)."""
         instance = self.get_object()  # an unknown or malformed id is a 404, as on the detail
         entries: Any = newest_first(instance.journal.all())  # the viewset is typed for instances
         page: Any = self.paginate_queryset(entries)
-        return self.get_paginated_response(SagaJournalEntrySerializer(page, many=True).data)
+        serializer = SagaJournalEntrySerializer(
+            page, many=True, context={"timer_names": may_see_timers(request.user)}
+        )
+        return self.get_paginated_response(serializer.data)
 
 
 def _content_recorder() -> AuditRecorder:

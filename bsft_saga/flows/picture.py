@@ -91,10 +91,11 @@ class PendingTimer:
     ``step_index`` is its ``SagaTimeout.scheduled_step_index``; ``due_at`` its due time
     (shown as :func:`bsft_saga.moments.format_moment` writes it: to the second, in the
     current time zone, naming the zone), a text shown as it is (a date that cannot be
-    read), or ``None``.
+    read), or ``None``. ``name`` ``None``: drawn without its name, for a viewer who may not
+    see timers (``bsft_saga.timeouts.listing.may_see_timers``).
     """
 
-    name: str
+    name: str | None
     step_index: int
     due_at: datetime | str | None = None
 
@@ -417,9 +418,10 @@ def _meanwhile_text(meanwhile: Meanwhile) -> str:
 
 
 def _timer_text(timer: PendingTimer) -> str:
+    named = "timer" if timer.name is None else f"timer {timer.name}"
     if timer.due_at is None:
-        return f"timer {timer.name}"
-    return f"timer {timer.name} · due {format_moment(timer.due_at)}"
+        return named
+    return f"{named} · due {format_moment(timer.due_at)}"
 
 
 def _deadline_lines(definition: FlowDefinition, marks: _Marks) -> list[str]:

@@ -10,7 +10,7 @@ ones, and say how many there are in all; the full history is paged elsewhere
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from django.db.models import F, Q
 
@@ -18,7 +18,18 @@ if TYPE_CHECKING:
     from bsft_saga.models import SagaInstance
     from bsft_saga.querysets import SagaTimeoutQuerySet
 
-__all__ = ["LISTING_ORDER", "RETIRED_TIMERS_LISTED", "in_listing_order", "listed_timers"]
+__all__ = [
+    "LISTING_ORDER",
+    "RETIRED_TIMERS_LISTED",
+    "TIMER_PERMISSIONS",
+    "in_listing_order",
+    "listed_timers",
+    "may_see_timers",
+]
+
+#: Either lets a user see timers (the admin's timer list: Django's view permission, or the
+#: change permission, which implies it); their names too where another page mentions them.
+TIMER_PERMISSIONS = ("bsft_saga.view_sagatimeout", "bsft_saga.change_sagatimeout")
 
 #: The most retired timers an instance page lists next to the pending ones.
 RETIRED_TIMERS_LISTED = 50
@@ -50,3 +61,14 @@ def listed_timers(saga: SagaInstance) -> SagaTimeoutQuerySet:
     )
     listed = Q(dispatched_at__isnull=True) | Q(pk__in=newest_retired)
     return in_listing_order(timeouts.filter(listed))
+
+
+def may_see_timers(user: Any) -> bool:
+    """Whether ``user`` may see timers, and so their names: as on the admin's timer list.
+
+    The flow picture, the admin journal and ``GET instances/<id>/history/`` are shown to
+    whoever may view the instance; a timer's name (which may say what the saga is about:
+    ``"remind-unpaid-invoice"``) only to this user. The others see where and when a timer
+    is, not what it is called.
+    """
+    return any(user.has_perm(permission) for permission in TIMER_PERMISSIONS)

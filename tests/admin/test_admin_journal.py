@@ -32,6 +32,12 @@ def viewer() -> Client:
     return staff_client("viewer", "view_sagainstance")
 
 
+@pytest.fixture
+def timer_viewer() -> Client:
+    """Staff who may view instances and timers (so their names), no content permission."""
+    return staff_client("timer-viewer", "view_sagainstance", "view_sagatimeout")
+
+
 def _sentences(html: str) -> list[str]:
     """The journal lines of a page, as text, in page order."""
     body = html.split('<ol class="saga-journal">', 1)[1].split("</ol>", 1)[0]
@@ -50,7 +56,7 @@ def test_an_entry_reads_as_a_sentence_with_its_moment_and_ids() -> None:
     advanced = advanced_by_timer(saga, T0, timer_name="remind")
     SagaJournalEntry.objects.filter(pk=advanced.pk).update(correlation_id="req-7")
 
-    [line] = _sentences(_page(staff_client("v", "view_sagainstance"), saga))
+    [line] = _sentences(_page(staff_client("v", "view_sagainstance", "view_sagatimeout"), saga))
 
     assert line == (
         f"2026-03-02 09:00:00 UTC — Advanced on tests.ops.advanced (timer “remind”): "
@@ -105,14 +111,14 @@ def test_an_operator_action_names_the_operator_and_the_timer() -> None:
 
 
 def test_the_instance_page_lists_the_newest_entries_first_and_links_to_the_rest(
-    viewer: Client,
+    timer_viewer: Client,
 ) -> None:
     saga = make_saga("j-many")
     total = JOURNAL_ENTRIES_LISTED + 5
     for n in range(total):
         advanced_by_timer(saga, T0 + timedelta(seconds=n), timer_name=f"t{n}", step_before=n)
 
-    page = _page(viewer, saga)
+    page = _page(timer_viewer, saga)
 
     lines = _sentences(page)
     assert len(lines) == JOURNAL_ENTRIES_LISTED
@@ -141,7 +147,7 @@ def test_the_journal_shows_no_state_or_payload(viewer: Client) -> None:
     assert "customer-4711" not in _page(viewer, saga)
 
 
-def test_the_history_page_pages_the_whole_journal_newest_first(viewer: Client) -> None:
+def test_the_history_page_pages_the_whole_journal_newest_first(timer_viewer: Client) -> None:
     saga = make_saga("j-paged")
     total = JOURNAL_PAGE_SIZE + 7
     SagaJournalEntry.objects.bulk_create(
@@ -158,8 +164,8 @@ def test_the_history_page_pages_the_whole_journal_newest_first(viewer: Client) -
         for n in range(total)
     )
 
-    first = _page(viewer, saga, "history")
-    second = _page(viewer, saga, "history", "?p=2")
+    first = _page(timer_viewer, saga, "history")
+    second = _page(timer_viewer, saga, "history", "?p=2")
 
     assert len(_sentences(first)) == JOURNAL_PAGE_SIZE
     assert f"(timer “remind-{total - 1}”)" in _sentences(first)[0]
@@ -169,6 +175,33 @@ def test_the_history_page_pages_the_whole_journal_newest_first(viewer: Client) -
     assert f"{total} entries" in first
     assert '<a href="?p=2" class="end">2</a>' in first
     assert "Journal of" in first
+
+
+def test_timer_names_are_left_out_for_a_viewer_who_may_not_see_timers(viewer: Client) -> None:
+    saga = make_saga("j-unnamed")
+    advanced_by_timer(saga, T0, timer_name="remind-unpaid-invoice")
+    timer_canceled_by(saga, T0 + timedelta(hours=1), "night-shift", timer_name="escalate-to-legal")
+
+    page, history = _page(viewer, saga), _page(viewer, saga, "history")
+
+    for shown in (page, history):
+        assert [line.split(" UTC — ")[1].split(" message id")[0] for line in _sentences(shown)] == [
+            "Timer canceled by operator night-shift: at step 2.",
+            "Advanced on tests.ops.advanced (a timer): step 1 → 2, version 2.",
+        ]
+        assert "remind-unpaid-invoice" not in shown
+        assert "escalate-to-legal" not in shown
+
+
+def test_timer_names_are_shown_to_a_viewer_who_may_see_timers(timer_viewer: Client) -> None:
+    saga = make_saga("j-named")
+    advanced_by_timer(saga, T0, timer_name="remind-unpaid-invoice")
+    timer_canceled_by(saga, T0 + timedelta(hours=1), "night-shift", timer_name="escalate-to-legal")
+
+    for shown in (_page(timer_viewer, saga), _page(timer_viewer, saga, "history")):
+        canceled, advanced = _sentences(shown)
+        assert "Timer canceled “escalate-to-legal” by operator night-shift" in canceled
+        assert "(timer “remind-unpaid-invoice”)" in advanced
 
 
 def test_the_history_page_needs_only_the_view_permission(viewer: Client) -> None:

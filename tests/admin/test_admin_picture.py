@@ -100,6 +100,36 @@ def test_the_picture_lists_the_pending_timers_on_their_wait_and_the_deadline(
     assert "bsft_saga.deadline" not in _text(root)
 
 
+def test_the_picture_leaves_timer_names_out_for_staff_who_may_not_see_timers() -> None:
+    instances_only = staff_client("instances-only", "view_sagainstance")
+    with freeze_time(T0):
+        publish(QuoteSent("q-unnamed"))
+    saga = SagaInstance.objects.get(
+        saga_type=QuoteFollowUpFlow.saga_type, correlation_key="q-unnamed"
+    )
+
+    page = _page(instances_only, saga)
+
+    # The step and the due time, not the name (nor the timer list, which needs the same).
+    due = (T0 + timedelta(days=2)).strftime("%Y-%m-%d %H:%M:%S UTC")
+    assert f"timer · due {due}" in _text(_steps(_picture(page))[1]).splitlines()
+    assert "followup" not in page
+
+
+def test_the_picture_names_the_timers_for_staff_who_may_see_them() -> None:
+    timer_viewer = staff_client("timer-viewer", "view_sagainstance", "view_sagatimeout")
+    with freeze_time(T0):
+        publish(QuoteSent("q-named"))
+    saga = SagaInstance.objects.get(
+        saga_type=QuoteFollowUpFlow.saga_type, correlation_key="q-named"
+    )
+
+    root = _picture(_page(timer_viewer, saga))
+
+    due = (T0 + timedelta(days=2)).strftime("%Y-%m-%d %H:%M:%S UTC")
+    assert f"timer followup · due {due}" in _text(_steps(root)[1]).splitlines()
+
+
 def test_a_terminated_instance_is_drawn_terminated_where_it_stopped(viewer: Client) -> None:
     publish(QuoteSent("q-2"))
     saga = SagaInstance.objects.get(saga_type=QuoteFollowUpFlow.saga_type, correlation_key="q-2")

@@ -62,6 +62,12 @@ def viewer() -> APIClient:
 
 
 @pytest.fixture
+def timer_viewer() -> APIClient:
+    """Allowed to see sagas and their timers (``view_sagatimeout``), not their content."""
+    return client_with(VIEW, "view_sagatimeout")
+
+
+@pytest.fixture
 def journaled() -> SagaInstance:
     """Started at T0, advanced by its timer at T0+2d, a timer canceled by alice at T0+3d."""
     saga = make_saga("journaled", now=T0)
@@ -94,9 +100,9 @@ def test_entries_of_the_same_instant_come_newest_written_first(viewer: APIClient
 
 
 def test_an_entry_carries_its_fields_by_name_and_no_state_or_payload(
-    viewer: APIClient, journaled: SagaInstance
+    timer_viewer: APIClient, journaled: SagaInstance
 ) -> None:
-    [canceled, advanced, started] = viewer.get(history_url(journaled)).json()["results"]
+    [canceled, advanced, started] = timer_viewer.get(history_url(journaled)).json()["results"]
 
     assert list(canceled) == JOURNAL_FIELDS
     assert canceled == shown_timer_canceled_by("alice", "2026-03-05T08:00:00Z")
@@ -107,6 +113,29 @@ def test_an_entry_carries_its_fields_by_name_and_no_state_or_payload(
     )
     assert (started["via"], started["step_before"], started["step_after"]) == ("publish", None, 1)
     assert not {"state", "payload"} & {key for row in (canceled, advanced) for key in row}
+
+
+def test_timer_names_are_null_to_a_user_who_may_not_see_timers(
+    viewer: APIClient, journaled: SagaInstance
+) -> None:
+    [canceled, advanced, started] = viewer.get(history_url(journaled)).json()["results"]
+
+    assert [row["timer_name"] for row in (canceled, advanced, started)] == [None, None, None]
+    # The rest of each entry is the same: the step, the time, who acted.
+    assert canceled == {
+        **shown_timer_canceled_by("alice", "2026-03-05T08:00:00Z"),
+        "timer_name": None,
+    }
+    assert (advanced["via"], advanced["step_before"], advanced["step_after"]) == ("timer", 1, 2)
+
+
+def test_timer_names_are_shown_to_a_user_who_may_see_timers(
+    timer_viewer: APIClient, journaled: SagaInstance
+) -> None:
+    results = timer_viewer.get(history_url(journaled)).json()["results"]
+
+    # "" for an entry that names no timer, as stored.
+    assert [row["timer_name"] for row in results] == ["escalate", "remind", ""]
 
 
 def test_the_history_shows_only_that_instances_entries(
@@ -141,7 +170,7 @@ def test_an_entry_whose_time_cannot_be_read_is_served_with_null_and_named(
 
 
 def test_a_published_start_and_a_fired_timer_show_as_started_then_advanced(
-    viewer: APIClient,
+    timer_viewer: APIClient,
 ) -> None:
     with freeze_time(T0):
         publish(QuoteSent("q-1"))
@@ -149,7 +178,7 @@ def test_a_published_start_and_a_fired_timer_show_as_started_then_advanced(
         assert drain_due().fired == 1
     saga = SagaInstance.objects.get(saga_type=QuoteFollowUpFlow.saga_type, correlation_key="q-1")
 
-    results = viewer.get(history_url(saga)).json()["results"]
+    results = timer_viewer.get(history_url(saga)).json()["results"]
 
     assert [
         (row["at"], row["kind"], row["via"], row["timer_name"], row["step_after"])
