@@ -19,6 +19,7 @@ terminations (``bsft_saga.audit``).
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, cast
 
@@ -48,6 +49,12 @@ from bsft_saga.audit import READ_CONTENT, get_audit_recorder, record_action
 from bsft_saga.conf import saga_settings
 from bsft_saga.db.datetimes import readable_rows, unreadable_fields
 from bsft_saga.delivery.requeue import RequeueReport
+from bsft_saga.listing import (
+    ROWS_LISTED,
+    delayed_messages,
+    listed_delayed_messages,
+    listed_kept_events,
+)
 from bsft_saga.models import (
     SagaAuditRecord,
     SagaInstance,
@@ -273,6 +280,19 @@ class SagaKeptEventInline(ReadOnlyInline):
         return _pretty_json(obj.payload)
 
 
+class SagaDelayedMessageInline(ReadOnlyInline):
+    """The delayed messages the instance's steps published that still wait for their
+    ``deliver_at``, soonest first: when each is delivered, not what it carries (its
+    payload is on its own page, for content readers)."""
+
+    model = SagaOutboxMessage
+    fields = ("event_type", "created_at", "deliver_at", "attempts")
+    ordering = ("deliver_at", "id")
+    show_change_link = True
+    verbose_name = _("delayed message")
+    verbose_name_plural = _("delayed messages")
+
+
 @admin.register(SagaInstance)
 class SagaInstanceAdmin(JournalHistoryMixin, TerminateSagasAction, ReadOnlyAdmin):
     list_display = ("saga_type", "key", "step_index", "is_complete", "updated_at")
@@ -280,9 +300,17 @@ class SagaInstanceAdmin(JournalHistoryMixin, TerminateSagasAction, ReadOnlyAdmin
     search_fields = ("saga_type", "correlation_key")
     date_hierarchy = "updated_at"
     ordering = ("-updated_at",)
-    fields = (*SagaInstance.PROGRESS_FIELDS, "terminated_reason", "picture", "timeline", "timers")
+    fields = (
+        *SagaInstance.PROGRESS_FIELDS,
+        "terminated_reason",
+        "picture",
+        "timeline",
+        "timers",
+        "kept_summary",
+        "delayed_summary",
+    )
     content_fields = ("state_json",)
-    inlines = (SagaTimeoutInline, SagaKeptEventInline)
+    inlines = (SagaTimeoutInline, SagaKeptEventInline, SagaDelayedMessageInline)
     actions = ("terminate_sagas",)
     object_history_template = HISTORY_TEMPLATE  # the journal (bsft_saga.admin.journal)
     #: The top of the instance's page: where it is, then its flow's picture and its journal;
@@ -335,10 +363,15 @@ class SagaInstanceAdmin(JournalHistoryMixin, TerminateSagasAction, ReadOnlyAdmin
         return instance_picture(obj, timer_names=_timer_names_shown(obj))
 
     def get_inlines(self, request: HttpRequest, obj: Any) -> Any:
-        # Kept events are rare and short-lived: their inline only where there are some.
-        if obj is not None and obj.kept_events.exists():
-            return self.inlines
-        return (SagaTimeoutInline,)
+        # Kept events and delayed messages are rare: their inlines only where there are some.
+        if obj is None:
+            return (SagaTimeoutInline,)
+        shown = _listed_counts(obj)
+        return (
+            SagaTimeoutInline,
+            *((SagaKeptEventInline,) if shown.kept else ()),
+            *((SagaDelayedMessageInline,) if shown.delayed else ()),
+        )
 
     def get_formset_kwargs(
         self, request: HttpRequest, obj: Any, inline: Any, prefix: str
@@ -347,6 +380,11 @@ class SagaInstanceAdmin(JournalHistoryMixin, TerminateSagasAction, ReadOnlyAdmin
         if isinstance(inline, SagaTimeoutInline) and obj is not None and obj.pk is not None:
             # Capped like the HTTP detail: a recurring timer leaves a row per occurrence.
             kwargs["queryset"] = readable_rows(listed_timers(obj))
+        elif isinstance(inline, SagaKeptEventInline) and obj is not None:
+            # At most ROWS_LISTED of each, like the HTTP detail (bsft_saga.listing).
+            kwargs["queryset"] = readable_rows(listed_kept_events(obj))
+        elif isinstance(inline, SagaDelayedMessageInline) and obj is not None:
+            kwargs["queryset"] = readable_rows(listed_delayed_messages(obj, clock.now()))
         return kwargs
 
     @admin.display(description=_("journal"))
@@ -372,6 +410,94 @@ class SagaInstanceAdmin(JournalHistoryMixin, TerminateSagasAction, ReadOnlyAdmin
             obj.pk,
             _("All timers of this saga"),
         )
+
+    @admin.display(description=_("kept events"))
+    def kept_summary(self, obj: SagaInstance) -> SafeString | str:
+        """How many events are kept for the instance, and a link to all of them."""
+        total = _listed_counts(obj).kept
+        if not total:
+            return str(_("None."))
+        url = reverse(f"{self.admin_site.name}:bsft_saga_sagakeptevent_changelist")
+        return format_html(
+            '{} <a href="{}?saga__id__exact={}">{}</a>',
+            _capped(
+                total,
+                ngettext(
+                    "%(total)d kept event, listed below.",
+                    "%(total)d kept events, listed below, oldest first.",
+                    total,
+                ),
+                ngettext(
+                    "%(total)d kept event in all; the list below shows the %(listed)d oldest.",
+                    "%(total)d kept events in all; the list below shows the %(listed)d oldest.",
+                    total,
+                ),
+            ),
+            url,
+            obj.pk,
+            _("All kept events of this saga"),
+        )
+
+    @admin.display(description=_("delayed messages"))
+    def delayed_summary(self, obj: SagaInstance) -> SafeString | str:
+        """How many delayed messages still wait for their delivery time, and a link to them."""
+        total = _listed_counts(obj).delayed
+        if not total:
+            return str(_("None waiting."))
+        url = reverse(f"{self.admin_site.name}:bsft_saga_sagaoutboxmessage_changelist")
+        return format_html(
+            '{} <a href="{}?saga__id__exact={}&amp;status={}">{}</a>',
+            _capped(
+                total,
+                ngettext(
+                    "%(total)d delayed message waiting for its delivery time, listed below.",
+                    "%(total)d delayed messages waiting for their delivery time, listed "
+                    "below, soonest first.",
+                    total,
+                ),
+                ngettext(
+                    "%(total)d delayed message waiting in all; the list below shows the "
+                    "%(listed)d soonest.",
+                    "%(total)d delayed messages waiting in all; the list below shows the "
+                    "%(listed)d soonest.",
+                    total,
+                ),
+            ),
+            url,
+            obj.pk,
+            DeliveryStatus.WAITING.value,
+            _("All delayed messages of this saga"),
+        )
+
+
+@dataclass(frozen=True)
+class _ListedCounts:
+    kept: int
+    delayed: int
+
+
+#: Where an instance page keeps its counts, so that the inlines and the summaries of one
+#: page count each table once.
+_COUNTS = "_bsft_saga_listed_counts"
+
+
+def _listed_counts(obj: SagaInstance) -> _ListedCounts:
+    """How many kept events and delayed messages ``obj`` has (two queries per page)."""
+    counts: _ListedCounts | None = getattr(obj, _COUNTS, None)
+    if counts is None:
+        counts = _ListedCounts(
+            kept=obj.kept_events.count(),
+            delayed=delayed_messages(obj, clock.now()).count(),
+        )
+        setattr(obj, _COUNTS, counts)
+    return counts
+
+
+def _capped(total: int, all_listed: str, capped: str) -> str:
+    """The summary of a list an instance page caps at ``ROWS_LISTED`` rows."""
+    if total <= ROWS_LISTED:
+        return all_listed % {"total": total}
+    return capped % {"total": total, "listed": ROWS_LISTED}
 
 
 def _shown_object(response: HttpResponse) -> Model | None:
@@ -557,6 +683,7 @@ class SagaOutboxMessageAdmin(ClaimerFieldsMixin, ReadOnlyAdmin):
     )
     content_fields = ("payload_json", "last_error")
     actions = ("requeue_dead_lettered",)
+    url_lookups = ("saga__id__exact",)  # an instance page's "All delayed messages of this saga"
 
     @admin.display(description=_("status"))
     def status(self, obj: SagaOutboxMessage) -> str:

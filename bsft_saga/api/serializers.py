@@ -17,6 +17,7 @@ from bsft_saga import clock
 from bsft_saga.db.datetimes import readable_rows, unreadable_fields
 from bsft_saga.dispatchers import LISTED
 from bsft_saga.history import ENTRY_FIELDS
+from bsft_saga.listing import listed_delayed_messages, listed_kept_events
 from bsft_saga.models import (
     DispatcherKind,
     SagaInstance,
@@ -140,21 +141,26 @@ class SagaJournalEntrySerializer(
 
 
 class SagaInstanceDetailSerializer(SagaInstanceSerializer):
-    """Adds the state (plain JSON, as stored), the instance's timers and their count, and
-    the delayed messages its steps published that still wait for their ``deliver_at``.
+    """Adds the state (plain JSON, as stored), the instance's timers, its delayed messages
+    and its kept events, each with how many there are in all.
 
     ``timeouts`` holds every pending timer and the ``RETIRED_TIMERS_LISTED`` newest
     retired ones (``bsft_saga.timeouts.listing``); ``timeouts_total`` counts them all, and
-    ``GET instances/<id>/timeouts/`` pages through the rest. ``delayed_messages`` lists the
-    waiting ones soonest first (their event types and times; not their payloads).
-    ``kept_events``: the events kept for a later step (``keep_early``), oldest first, with
-    their payloads (content, audited with the rest of the detail).
+    ``GET instances/<id>/timeouts/`` pages through the rest. ``delayed_messages``: the
+    ``ROWS_LISTED`` soonest of those its steps published that still wait for their
+    ``deliver_at`` (event types and times, not payloads); ``kept_events``: the
+    ``ROWS_LISTED`` oldest events kept for a later step (``keep_early``), with their
+    payloads (content, audited with the rest of the detail) (``bsft_saga.listing``). Their
+    ``_total`` counts them all; ``GET instances/<id>/delayed-messages/`` and
+    ``GET instances/<id>/kept-events/`` page through them.
     """
 
     timeouts = serializers.SerializerMethodField()
     timeouts_total = serializers.SerializerMethodField()
     delayed_messages = serializers.SerializerMethodField()
+    delayed_messages_total = serializers.SerializerMethodField()
     kept_events = serializers.SerializerMethodField()
+    kept_events_total = serializers.SerializerMethodField()
 
     class Meta(SagaInstanceSerializer.Meta):
         fields = [
@@ -163,19 +169,26 @@ class SagaInstanceDetailSerializer(SagaInstanceSerializer):
             "timeouts",
             "timeouts_total",
             "delayed_messages",
+            "delayed_messages_total",
             "kept_events",
+            "kept_events_total",
         ]
         read_only_fields = fields
 
     @extend_schema_field(SagaKeptEventSerializer(many=True))
     def get_kept_events(self, instance: SagaInstance) -> Any:
-        kept = instance.kept_events.order_by("kept_at", "id")
-        return SagaKeptEventSerializer(readable_rows(kept), many=True).data
+        return SagaKeptEventSerializer(readable_rows(listed_kept_events(instance)), many=True).data
+
+    def get_kept_events_total(self, instance: SagaInstance) -> int:
+        return instance.kept_events.count()
 
     @extend_schema_field(SagaDelayedMessageSerializer(many=True))
     def get_delayed_messages(self, instance: SagaInstance) -> Any:
-        waiting = instance.outbox_messages.waiting(clock.now()).order_by("deliver_at", "id")
+        waiting = listed_delayed_messages(instance, clock.now())
         return SagaDelayedMessageSerializer(readable_rows(waiting), many=True).data
+
+    def get_delayed_messages_total(self, instance: SagaInstance) -> int:
+        return instance.outbox_messages.waiting(clock.now()).count()
 
     @extend_schema_field(SagaTimeoutSerializer(many=True))
     def get_timeouts(self, instance: SagaInstance) -> Any:
@@ -224,7 +237,11 @@ class SagaStatusSerializer(serializers.Serializer[dict[str, object]]):
         "deliver_at (created_at for a row delivered at once); 0 when there is none."
     )
     events_kept = serializers.IntegerField(
-        help_text="Events kept for a later step of their saga (keep_early), not applied yet."
+        help_text="Events kept for a later step of their saga (keep_early), or for a key whose "
+        "saga has not started yet, not applied yet (dead letters apart)."
+    )
+    kept_dead_lettered = serializers.IntegerField(
+        help_text="Kept events given up after MAX_DISPATCH_ATTEMPTS failed attempts."
     )
     idle_seconds = serializers.FloatField(
         allow_null=True,

@@ -22,13 +22,15 @@ from rest_framework.serializers import BaseSerializer
 from rest_framework.views import APIView
 from rest_framework.viewsets import ReadOnlyModelViewSet
 
-from bsft_saga import __version__
+from bsft_saga import __version__, clock
 from bsft_saga.api.filters import SagaInstanceFilter
 from bsft_saga.api.permissions import CanReadSagaContent, CanViewSagas
 from bsft_saga.api.serializers import (
+    SagaDelayedMessageSerializer,
     SagaInstanceDetailSerializer,
     SagaInstanceSerializer,
     SagaJournalEntrySerializer,
+    SagaKeptEventSerializer,
     SagaStatusSerializer,
     SagaTimeoutSerializer,
 )
@@ -36,6 +38,7 @@ from bsft_saga.audit import READ_CONTENT, AuditRecorder, get_audit_recorder
 from bsft_saga.conf import saga_settings
 from bsft_saga.db.datetimes import readable_rows
 from bsft_saga.history import newest_first
+from bsft_saga.listing import delayed_messages, kept_events
 from bsft_saga.models import SagaInstance
 from bsft_saga.status import saga_status
 from bsft_saga.timeouts.listing import in_listing_order, may_see_timers
@@ -48,17 +51,27 @@ class SagaPagination(PageNumberPagination):
 
 
 # The routes that serve content: audited, and mapped only with READ_CONTENT_PERMISSION.
-CONTENT_ACTIONS = frozenset({"retrieve", "timeouts"})
+CONTENT_ACTIONS = frozenset({"retrieve", "timeouts", "kept_events"})
+
+# The serializer of each route that pages rows of another model than instances.
+ROW_SERIALIZERS: dict[str, type[BaseSerializer[Any]]] = {
+    "timeouts": SagaTimeoutSerializer,
+    "kept_events": SagaKeptEventSerializer,
+    "delayed_messages": SagaDelayedMessageSerializer,
+    "history": SagaJournalEntrySerializer,
+}
 
 
 class SagaInstanceViewSet(ReadOnlyModelViewSet[SagaInstance]):
     """``GET instances/``: progress metadata, newest transition first.
     ``GET instances/<id>/``: state, every pending timer and the newest retired ones,
     audited. ``GET instances/<id>/timeouts/``: all of the instance's timers, paged, audited.
-    ``GET instances/<id>/history/``: the instance's journal, paged, newest first; metadata
-    only, so it needs the list's permission and is not audited.
-    The two content routes are 404 unless ``READ_CONTENT_PERMISSION`` is configured (they
-    are then effectively unmapped)."""
+    ``GET instances/<id>/kept-events/``: all its kept events with their payloads, paged,
+    audited. ``GET instances/<id>/delayed-messages/``: all its delayed messages still
+    waiting, paged; ``GET instances/<id>/history/``: the instance's journal, paged, newest
+    first; these two are metadata only, so they need the list's permission and are not
+    audited. The content routes are 404 unless ``READ_CONTENT_PERMISSION`` is configured
+    (they are then effectively unmapped)."""
 
     queryset = SagaInstance.objects.all()
     filter_backends = [DjangoFilterBackend, OrderingFilter]
@@ -88,11 +101,7 @@ class SagaInstanceViewSet(ReadOnlyModelViewSet[SagaInstance]):
     def get_serializer_class(self) -> type[BaseSerializer[Any]]:
         if self.action == "retrieve":
             return SagaInstanceDetailSerializer
-        if self.action == "timeouts":
-            return SagaTimeoutSerializer
-        if self.action == "history":
-            return SagaJournalEntrySerializer
-        return SagaInstanceSerializer
+        return ROW_SERIALIZERS.get(self.action or "", SagaInstanceSerializer)
 
     def retrieve(self, request: Request, *args: Any, **kwargs: Any) -> Response:
         recorder = _content_recorder()
@@ -100,7 +109,9 @@ class SagaInstanceViewSet(ReadOnlyModelViewSet[SagaInstance]):
         _record_content_read(recorder, request, instance)
         return Response(self.get_serializer(instance).data)
 
-    @action(detail=True, methods=["get"], url_path="timeouts")
+    # A page of rows, not one instance, for the schema (see ``history``).
+    @extend_schema(responses=SagaTimeoutSerializer(many=True), filters=False)
+    @action(detail=True, methods=["get"], url_path="timeouts", schema=AutoSchema())
     def timeouts(self, request: Request, pk: str | None = None) -> Response:
         """Every timer of the instance, paged: pending ones first (soonest due first), then
         retired ones, most recently retired first. Audited like the detail."""
@@ -113,6 +124,31 @@ class SagaInstanceViewSet(ReadOnlyModelViewSet[SagaInstance]):
         # records nothing.
         _record_content_read(recorder, request, instance)
         return self.get_paginated_response(SagaTimeoutSerializer(page, many=True).data)
+
+    @extend_schema(responses=SagaKeptEventSerializer(many=True), filters=False)
+    @action(detail=True, methods=["get"], url_path="kept-events", schema=AutoSchema())
+    def kept_events(self, request: Request, pk: str | None = None) -> Response:
+        """Every event kept for the instance (``keep_early``), paged, oldest first (the
+        order its step applies them in), with their payloads. Audited like the detail,
+        each page served."""
+        recorder = _content_recorder()
+        instance = self.get_object()
+        kept: Any = readable_rows(kept_events(instance))  # the viewset is typed for instances
+        page: Any = self.paginate_queryset(kept)
+        # After paging: a page that does not exist is a 404 and records nothing.
+        _record_content_read(recorder, request, instance)
+        return self.get_paginated_response(SagaKeptEventSerializer(page, many=True).data)
+
+    @extend_schema(responses=SagaDelayedMessageSerializer(many=True), filters=False)
+    @action(detail=True, methods=["get"], url_path="delayed-messages", schema=AutoSchema())
+    def delayed_messages(self, request: Request, pk: str | None = None) -> Response:
+        """The delayed messages the instance's steps published that still wait for their
+        ``deliver_at``, paged, soonest first. Their event types and times, never their
+        payloads: the list's permission, not audited."""
+        instance = self.get_object()
+        waiting: Any = readable_rows(delayed_messages(instance, clock.now()))
+        page: Any = self.paginate_queryset(waiting)
+        return self.get_paginated_response(SagaDelayedMessageSerializer(page, many=True).data)
 
     # A page of entries, not one instance: without this the schema would describe one entry
     # (and the instance list's filters, which are not this route's). The action names its

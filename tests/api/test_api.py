@@ -354,7 +354,9 @@ def test_detail_adds_the_state_as_plain_json(reader: APIClient) -> None:
         "timeouts",
         "timeouts_total",
         "delayed_messages",
+        "delayed_messages_total",
         "kept_events",
+        "kept_events_total",
     }
     assert body["id"] == str(saga.pk)
     assert body["state"]["total"] == "250.00"
