@@ -16,7 +16,9 @@ are out it gets SIGKILL, wherever it is. A second child waits until the dead one
 have run out and drains the rest. Every saga must still have been reminded exactly once
 (the steps are exactly once); the mails are at least once, and the figure counts those
 that went out again: the receivers of the rows the killed pass had delivered but not yet
-committed, about a commit interval's worth (100 ms / 10 ms), plus the one it was in.
+committed, about a commit interval's worth (100 ms / 10 ms), plus the one it was in. The
+detail also records how many reminders the kill charged a failed attempt (``timers_charged``):
+none but the one the killed pass was running, and that one only if it ran alone.
 """
 
 from __future__ import annotations
@@ -55,6 +57,7 @@ def run(config: Config, workdir: Path) -> Measured:
         progress(f"round {number}/{rounds}  {name:<34} {rates[-1]:>12.2f}")
     killed = kill_once(config, workdir, n)
     progress(f"{'mails sent twice after a SIGKILL':<47} {killed['mails_sent_twice']:>12}")
+    progress(f"{'reminders charged an attempt by it':<47} {killed['timers_charged']:>12}")
     database.reset_saga_tables()
     return Measured(
         rounds={
@@ -103,6 +106,7 @@ def kill_once(config: Config, workdir: Path, n: int) -> dict[str, Any]:
         "mails_sent_twice": sum(count - 1 for count in sent.values()),
         "killed_after_mails": killed_after,
         "rows_left_claimed": held,
+        "timers_charged": SagaTimeout.objects.filter(attempts__gt=0).count(),
         "second_child": report,
     }
 

@@ -278,15 +278,13 @@ def test_slow_receivers_fire_under_an_idle_in_transaction_timeout(
         cursor.execute(f"ALTER DATABASE {database} SET idle_in_transaction_session_timeout = '1s'")
     try:
         with supervised(subprocess_env, tmp_path) as children:
-            started = time.monotonic()
+            # Bounded: a pass that looped on the timeout for ever would never report.
             report = _dispatcher(children, log, 1.5, "dispatcher").report(timeout=60)
-            took = time.monotonic() - started
     finally:
         with connection.cursor() as cursor:
             cursor.execute(f"ALTER DATABASE {database} RESET idle_in_transaction_session_timeout")
 
     assert (report["fired"], report["failed"]) == (3, 0)
-    assert took < 60
     assert sorted(_mails(log)) == keys  # three mails in all
     assert _reminded() == Counter(dict.fromkeys(keys, 1))
 

@@ -6,20 +6,20 @@ deadlocked on the instance rows. Each phase runs eight fresh
 ``tests/workers/timer_drain.py`` children, released together on freshly written rows in
 emptied tables:
 
-- **one timer per saga**: 3,000 ``CountingFlow`` sagas, each with one due timer;
 - **two timers per saga**: 3,000 ``NoticeFlow`` sagas whose "reminder" and "final-notice"
   fell due at random instants of the last ten minutes;
-- after three rounds of both, **the race**: the same notices again, and 600
-  ``QuestionFlow`` sagas whose "expiry" timers fall due in six slices across that backlog,
-  the first questions' last; once the dispatchers claim the first expiry,
-  ``tests/workers/answer_race.py`` publishes an answer to every question, in their order:
-  the first answers come before the dispatchers reach their expiries, the last ones after,
-  and those between race a pass that has their expiry claimed. (All due at one instant,
-  the expiries once sat together in claim order, and eight dispatchers now fire such a
-  block faster than one publisher starts answering.)
+- **the race**: the same notices again, and 600 ``QuestionFlow`` sagas whose "expiry"
+  timers fall due in six slices across that backlog, the first questions' last; once the
+  dispatchers claim the first expiry, ``tests/workers/answer_race.py`` publishes an answer
+  to every question, in their order: the first answers come before the dispatchers reach
+  their expiries, the last ones after, and those between race a pass that has their expiry
+  claimed. (All due at one instant, the expiries once sat together in claim order, and
+  eight dispatchers now fire such a block faster than one publisher starts answering.)
 
-Then: no deadlock in the test database, every timer's effect exactly once, and the rate
-with two timers per saga at least ``MIN_RATIO`` of the rate with one.
+Then: no deadlock in the test database, every timer's effect exactly once, every saga done.
+How fast two timers per saga drain next to one is a figure of ``make bench``
+(``drain_ratio_two_timers_per_saga``), never an assertion here: a test that times itself
+fails on a busy machine, not on a wrong result.
 """
 
 from __future__ import annotations
@@ -29,7 +29,6 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -47,9 +46,8 @@ from bsft_saga.models import (
 )
 from tests.support.processes import supervised
 from tests.support.services import require_postgres_backend
-from tests.testapp.bulk import bulk_ask_questions, bulk_open_notices, bulk_start_counters
+from tests.testapp.bulk import bulk_ask_questions, bulk_open_notices
 from tests.testapp.dispatch_flows import NOTICE_TIMERS, NoticeFlow, QuestionFlow
-from tests.testapp.load_flows import CountingFlow
 
 pytestmark = [pytest.mark.slow, pytest.mark.postgres]
 
@@ -57,12 +55,6 @@ SAGAS = 3_000
 QUESTIONS = 600
 DISPATCHERS = 8
 BACKLOG = timedelta(minutes=10)
-MIN_RATIO = 0.8
-ROUNDS = 3
-# The rate is taken between the 10th and the 90th percentile of a phase's stamps: the
-# dispatchers' first claims and their last, uneven batches stay out of it, and they would
-# weigh more in the shorter phase (one timer per saga) than in the longer one.
-STEADY = (0.1, 0.9)
 # Each phase drains in seconds on an idle 2-core box; the bounds leave room for a busy
 # one, so that only a wrong result fails the test, never a slow machine.
 PHASE_SECONDS = 150
@@ -78,12 +70,6 @@ class Phase:
     reports: list[dict[str, Any]]
 
     @property
-    def rate(self) -> float:
-        """Timers a second in the steady part of the phase (see ``STEADY``)."""
-        first, last = (round(q * (len(self.stamps) - 1)) for q in STEADY)
-        return (last - first) / (self.stamps[last] - self.stamps[first]).total_seconds()
-
-    @property
     def seconds(self) -> float:
         """From the release to the last stamp."""
         return (self.stamps[-1] - self.released).total_seconds()
@@ -91,17 +77,16 @@ class Phase:
     def total(self, key: str) -> int:
         return sum(int(report[key]) for report in self.reports)
 
-    def __str__(self) -> str:
+    def __str__(self) -> str:  # said in a failure's message, never asserted
         return (
-            f"{len(self.stamps)} timers in {self.seconds:.2f} s "
-            f"({len(self.stamps) / self.seconds:.0f}/s), steady {self.rate:.0f}/s, "
+            f"{len(self.stamps)} timers in {self.seconds:.2f} s, "
             f"{self.total('deliveries')} deliveries ({self.total('delivered_again')} "
             f"again after a lost race), {self.total('passes')} passes"
         )
 
 
-@pytest.mark.timeout((2 * ROUNDS + 1) * PHASE_SECONDS + 120)
-def test_two_due_timers_per_saga_fire_once_without_deadlocks_nearly_as_fast_as_one(
+@pytest.mark.timeout(2 * PHASE_SECONDS + 120)
+def test_two_due_timers_per_saga_fire_once_without_deadlocks_while_replies_race_expiries(
     subprocess_env: dict[str, str], tmp_path: Path
 ) -> None:
     require_postgres_backend()
@@ -111,28 +96,17 @@ def test_two_due_timers_per_saga_fire_once_without_deadlocks_nearly_as_fast_as_o
     found: dict[str, Any] = {}
     expected: dict[str, Any] = {}
 
-    def measured(name: str, write: Callable[[], None], saga_type: str, check: Check) -> Phase:
-        phase = _drain(subprocess_env, tmp_path / name, write, saga_type=saga_type)
-        found[name], expected[name] = check(phase)
-        return phase
+    def write_notices() -> None:
+        bulk_open_notices(_notices(rng, now), now)
 
-    def one_timer_per_saga(name: str) -> Phase:
-        write = partial(bulk_start_counters, [f"count-{i:05d}" for i in range(SAGAS)], now)
-        return measured(name, write, CountingFlow.saga_type, _counted_once)
-
-    def two_timers_per_saga(name: str) -> Phase:
-        write = partial(bulk_open_notices, _notices(rng, now), now)
-        return measured(name, write, NoticeFlow.saga_type, _noticed_once)
-
-    ones: list[Phase] = []
-    twos: list[Phase] = []
-    for number in range(ROUNDS):
-        # A B, B A, A B: a machine that grows busier or quieter over the test slows or
-        # speeds up both flows alike.
-        pair = [(ones, one_timer_per_saga), (twos, two_timers_per_saga)]
-        for phases, run in pair if number % 2 == 0 else reversed(pair):
-            phases.append(run(f"{run.__name__}-{number}"))
-            _empty_saga_tables()
+    two = _drain(
+        subprocess_env,
+        tmp_path / "two_timers_per_saga",
+        write_notices,
+        saga_type=NoticeFlow.saga_type,
+    )
+    found["two timers per saga"], expected["two timers per saga"] = _noticed_once(two)
+    _empty_saga_tables()
 
     notices = _notices(rng, now)
     questions = [f"question-{i:04d}" for i in range(QUESTIONS)]
@@ -156,13 +130,10 @@ def test_two_due_timers_per_saga_fire_once_without_deadlocks_nearly_as_fast_as_o
     found["questions"], expected["questions"] = _settled_once()
     deadlocks = _deadlocks() - deadlocks_before
 
-    ratio = max(two.rate / one.rate for one, two in zip(ones, twos, strict=True))
     outcomes = found["questions"]["outcomes"]
     numbers = "\n".join(
         [
-            *(f"one timer per saga, round {n}: {phase}" for n, phase in enumerate(ones)),
-            *(f"two timers per saga, round {n}: {phase}" for n, phase in enumerate(twos)),
-            f"best ratio of a round's two phases {ratio:.2f}",
+            f"two timers per saga: {two}",
             f"with the race: {race}; questions {outcomes}, "
             f"{race.total('unclaimed')} expiries canceled while claimed",
             f"deadlocks {deadlocks}",
@@ -173,21 +144,6 @@ def test_two_due_timers_per_saga_fire_once_without_deadlocks_nearly_as_fast_as_o
     assert found == expected, numbers
     # The race was run: some replies beat their expiry, and some expiries their reply.
     assert len(outcomes) == 2, numbers
-    # Both flows are measured alike: eight fresh dispatchers released together on freshly
-    # written, vacuumed and analysed rows in emptied tables, rated over the steady part of
-    # their stamps, in interleaved rounds; a round's two phases run back to back, so they
-    # share the machine's load, and the best round's ratio counts. Other work on two shared
-    # cores slows single phases down (to half the rate, seen in a CI run beside other test
-    # runs: one round 0.61, the others 1.03 and 1.16), never every round alike. Why 0.8 holds
-    # without being loose: firing a NoticeFlow timer writes what firing a CountingFlow
-    # timer writes (a version-checked advance, an inbox row, a stamp), and with one
-    # dispatcher, where no sibling is ever in flight elsewhere, the second flow runs at
-    # 0.91-0.96 of the first (its tables hold twice the timers). With eight, contention
-    # comes on top: a timer whose sibling is in flight in another pass waits for that
-    # saga's row lock, loses the version race and is delivered again (3-5% of them),
-    # 0.85-0.98 in all. Passes stalled behind each other's batches (a twentieth of the
-    # one-timer rate, when they held their locks while user code ran) fail it by far.
-    assert ratio >= MIN_RATIO, numbers
 
 
 def _notices(rng: random.Random, now: datetime) -> dict[str, tuple[datetime, datetime]]:
@@ -251,18 +207,6 @@ def _drain(
 
 
 Found = tuple[dict[str, Any], dict[str, Any]]
-Check = Callable[[Phase], Found]
-
-
-def _counted_once(phase: Phase) -> Found:
-    sagas = SagaInstance.objects.filter(saga_type=CountingFlow.saga_type)
-    found = {
-        "sagas": sagas.count(),
-        "counted once, at step 2": sagas.filter(step_index=2, version=2, state__count=1).count(),
-        "with 2 inbox rows": _with_inbox_rows(sagas, 2),
-        **_fired(phase, SagaTimeout.objects.filter(saga__in=sagas)),
-    }
-    return found, {**dict.fromkeys(found, SAGAS), "failed, missed, dead-lettered": 0}
 
 
 def _noticed_once(phase: Phase, *, questions: bool = False) -> Found:
