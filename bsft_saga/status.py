@@ -49,7 +49,9 @@ class SagaStatus:
       delayed message); 0 when there is none. A healthy system stays within a
       POLL_INTERVAL or two; a growing lag means nothing drains.
     - ``events_kept``: events kept for a later step of their saga (``keep_early=True``),
-      not applied yet.
+      or for a key whose saga has not started yet, not applied yet (dead letters apart).
+    - ``kept_dead_lettered``: kept events given up after ``MAX_DISPATCH_ATTEMPTS`` failed
+      attempts (``requeue_saga_kept_events`` returns them).
     - ``idle_seconds``: now minus the newest ``last_pass_at`` of the dispatchers that report
       in (``drain_saga_timeouts --loop``, Celery workers running the drain); ``None`` when
       none does.
@@ -73,6 +75,7 @@ class SagaStatus:
     outbox_dead_lettered: int
     lag_seconds: float
     events_kept: int = 0
+    kept_dead_lettered: int = 0
     idle_seconds: float | None = None
     stale_after_seconds: float = STALE_AFTER_AT_LEAST.total_seconds()
     dispatchers: tuple[DispatcherStatus, ...] = ()
@@ -102,15 +105,15 @@ class SagaStatus:
 
     @property
     def dead_letters(self) -> int:
-        """Dead-lettered timers and outbox rows still stored."""
-        return self.timeouts_dead_lettered + self.outbox_dead_lettered
+        """Dead-lettered timers, outbox rows and kept events still stored."""
+        return self.timeouts_dead_lettered + self.outbox_dead_lettered + self.kept_dead_lettered
 
 
 def saga_status(*, now: datetime | None = None) -> SagaStatus:
     """Count what is active, waiting, late and given up, at ``now`` (default: the clock).
 
-    Ten numbers from eight small queries, each a count or a ``MIN`` over a partial
-    index, and the dispatchers from a ninth. The queries do not run in one snapshot: under
+    Eleven numbers from nine small queries, each a count or a ``MIN`` over a partial
+    index, and the dispatchers from a tenth. The queries do not run in one snapshot: under
     load the numbers may disagree by the rows that moved between two of them.
     """
     moment = now or clock.now()
@@ -131,7 +134,8 @@ def saga_status(*, now: datetime | None = None) -> SagaStatus:
         outbox_scheduled=max(0, outbox_pending - outbox["count"]),
         outbox_dead_lettered=SagaOutboxMessage.objects.dead_lettered().count(),
         lag_seconds=_lag(moment, due["oldest"], outbox["oldest"]),
-        events_kept=SagaKeptEvent.objects.count(),
+        events_kept=SagaKeptEvent.objects.pending().count(),
+        kept_dead_lettered=SagaKeptEvent.objects.dead_lettered().count(),
         idle_seconds=reporting[0].idle_seconds if reporting else None,
         stale_after_seconds=threshold.total_seconds(),
         dispatchers=reporting,
@@ -151,10 +155,11 @@ def lag_seconds(*, now: datetime | None = None) -> float:
 
 
 def dead_letters() -> int:
-    """Dead-lettered timers plus dead-lettered outbox rows still stored."""
+    """Dead-lettered timers, outbox rows and kept events still stored."""
     return (
         SagaTimeout.objects.dead_lettered().count()
         + SagaOutboxMessage.objects.dead_lettered().count()
+        + SagaKeptEvent.objects.dead_lettered().count()
     )
 
 

@@ -111,7 +111,7 @@ GAUGES: Final[Mapping[str, tuple[str, str]]] = MappingProxyType(
         "bsft.saga.timeout.due": ("{timer}", "Pending timers whose due time has passed."),
         "bsft.saga.dead_letters": (
             "{row}",
-            "Dead-lettered timers and outbox rows still stored.",
+            "Dead-lettered timers, outbox rows and kept events still stored.",
         ),
     }
 )

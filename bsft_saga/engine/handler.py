@@ -420,8 +420,8 @@ def apply_stragglers(*, limit: int = 100) -> int:
     ``ENGINE.KEEP_EARLY_FOR`` (counted ignored, ``not_awaited``), and hands those kept while
     their saga was starting to it. Only when an installed flow keeps early events; found
     through partial indexes. Per saga isolated: a broken one is logged and skipped, and a
-    saga whose kept event keeps failing waits out its back-off without taking another
-    saga's place.
+    saga whose kept event fails takes no other saga's place (the pass goes on to the next
+    ready sagas, up to ``limit`` sagas applied); it waits out its back-off.
     """
     if not any(flow.keeps_early for flow in flow_registry.all()):
         return 0
@@ -432,14 +432,26 @@ def apply_stragglers(*, limit: int = 100) -> int:
             _adopt_late(saga_id, saga_type, key, flow_version, now=now)
         except Exception:
             logger.exception("bsft_saga: handing kept events to saga %s failed", saga_id)
-    applied = 0
-    for saga_id, saga_type, flow_version in kept.ready_sagas(limit, now=now):
-        try:
-            flow = flow_registry.definition_for(saga_type, flow_version)
-            if activation.is_active(flow.saga_type):
-                applied += apply_kept(flow, saga_id)
-        except Exception:
-            logger.exception("bsft_saga: applying the kept events of saga %s failed", saga_id)
+    applied = moved = 0
+    tried: set[uuid.UUID] = set()
+    # Sagas whose kept event failed take no place: the pass reads the next ready ones, up
+    # to ``limit`` sagas applied (and at most four times as many tried).
+    while len(tried) < limit * 4:
+        sagas = [s for s in kept.ready_sagas(limit, now=now, skip=tried) if s[0] not in tried]
+        if not sagas:
+            break
+        for saga_id, saga_type, flow_version in sagas:
+            tried.add(saga_id)
+            try:
+                flow = flow_registry.definition_for(saga_type, flow_version)
+                if activation.is_active(flow.saga_type):
+                    n = apply_kept(flow, saga_id)
+                    applied += n
+                    moved += bool(n)
+            except Exception:
+                logger.exception("bsft_saga: applying the kept events of saga %s failed", saga_id)
+        if moved >= limit:
+            break
     return applied
 
 

@@ -28,7 +28,7 @@ from __future__ import annotations
 import logging
 import uuid
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from datetime import datetime
 from types import MappingProxyType
 from typing import Any
@@ -266,15 +266,16 @@ def release(row: SagaKeptEvent, token: uuid.UUID) -> None:
     KEPT.held(token).filter(pk=row.pk).update(claim_token=None, claimed_until=None)
 
 
-def ready_sagas(limit: int, *, now: datetime) -> list[tuple[uuid.UUID, str, int]]:
+def ready_sagas(
+    limit: int, *, now: datetime, skip: Collection[uuid.UUID] = ()
+) -> list[tuple[uuid.UUID, str, int]]:
     """Sagas with a ready kept row: ``(id, saga_type, flow_version)``, in the order their
-    rows became ready, at most ``limit``. A row waiting out its back-off is not ready, so a
-    saga whose kept event keeps failing takes no other saga's place."""
-    rows = (
-        SagaKeptEvent.objects.claimable(now)
-        .filter(saga__is_complete=False)
-        .values_list("saga_id", "saga__saga_type", "saga__flow_version")[: limit * 4]
-    )
+    rows became ready, at most ``limit``, none of ``skip``. A row waiting out its back-off
+    is not ready, so a saga whose kept event keeps failing takes no other saga's place."""
+    ready = SagaKeptEvent.objects.claimable(now).filter(saga__is_complete=False)
+    if skip:
+        ready = ready.exclude(saga_id__in=list(skip))
+    rows = ready.values_list("saga_id", "saga__saga_type", "saga__flow_version")[: limit * 4]
     sagas: dict[uuid.UUID, tuple[uuid.UUID, str, int]] = {}
     for saga_id, saga_type, flow_version in rows:
         sagas.setdefault(saga_id, (saga_id, saga_type, flow_version))

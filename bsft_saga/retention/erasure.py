@@ -14,7 +14,7 @@ from django.db.models import F
 
 from bsft_saga import clock
 from bsft_saga.audit import get_audit_recorder
-from bsft_saga.models import SagaInstance, SagaOutboxMessage, SagaTimeout
+from bsft_saga.models import SagaInstance, SagaKeptEvent, SagaOutboxMessage, SagaTimeout
 from bsft_saga.retention.batches import (
     DEFAULT_BATCH_SIZE,
     DeletedRows,
@@ -56,7 +56,8 @@ def erase_saga_data(
     now: datetime | None = None,
 ) -> EraseReport:
     """Delete every completed instance of ``saga_type`` for ``correlation_key``, with all
-    its inbox rows, timers and outbox rows, undelivered ones included.
+    its inbox rows, timers, outbox rows and kept events, undelivered ones included, and the
+    events kept for the key before a saga of it started.
 
     With ``include_active`` the active instance of the key goes too: in one transaction it
     is completed (which fences off a step running concurrently: its version check fails)
@@ -109,5 +110,12 @@ def erase_saga_data(
                     instance_id=pk,
                 )
         erased.append(pk)
-    total += DeletedRows(instances=len(erased))
+    # Events kept for the key before a saga of it started belong to no instance: erased
+    # with the key's data all the same.
+    unowned, _ = (
+        SagaKeptEvent.objects.without_saga()
+        .filter(saga_type=saga_type, correlation_key=correlation_key)
+        .delete()
+    )
+    total += DeletedRows(instances=len(erased), kept=unowned)
     return EraseReport(erased=tuple(erased), kept_active=kept, rows=total)

@@ -16,6 +16,7 @@ class TestAppConfig(AppConfig):
             delayed_flows,
             dispatch_flows,
             flows,
+            kept_flows,
             load_flows,
             loop_flows,
             ops_flows,
@@ -33,4 +34,5 @@ class TestAppConfig(AppConfig):
             *delayed_flows.FLOWS,
             *branch_flows.FLOWS,
             *loop_flows.FLOWS,
+            *kept_flows.FLOWS,
         ]
