@@ -23,7 +23,7 @@ PG_DATABASE_URL := postgres://$(PG_USER)@$(PG_HOST):$(PG_PORT)/bsft_saga
 PGBOUNCER_TESTS := tests/processes/test_pgbouncer.py tests/processes/test_failover.py tests/processes/test_timeouts_load.py \
 	tests/delivery/test_dispatch_transactions.py tests/processes/test_timeouts_faults.py \
 	tests/engine/test_engine_concurrency.py tests/delivery/test_abandoned_claims.py \
-	tests/processes/test_dispatch_contention.py
+	tests/processes/test_dispatch_contention.py tests/processes/test_killed_loop.py
 
 DEMO_DB := $(CURDIR)/sample_project/demo.sqlite3
 DEMO_DATABASE_URL := sqlite:///$(DEMO_DB)
