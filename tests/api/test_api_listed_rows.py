@@ -8,6 +8,7 @@ its number of queries no longer grow with them.
 
 from __future__ import annotations
 
+import json
 import uuid
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -25,6 +26,7 @@ from bsft_saga.api.serializers import DELAYED_MESSAGE_FIELDS, KEPT_EVENT_FIELDS
 from bsft_saga.audit import READ_CONTENT
 from bsft_saga.listing import ROWS_LISTED
 from bsft_saga.models import SagaAuditRecord, SagaInstance, SagaOutboxMessage
+from tests.api.test_api import _docs_example
 from tests.support.listed_rows import KEPT_SECRET, delay_many, keep_many
 from tests.testapp.ops_flows import make_saga
 
@@ -248,3 +250,16 @@ def test_the_schema_documents_both_routes_as_pages_and_the_totals() -> None:
         assert response["schema"]["$ref"] == f"#/components/schemas/Paginated{row}List"
     detail = components["SagaInstanceDetail"]["properties"]
     assert {"kept_events_total", "delayed_messages_total"} <= set(detail)
+
+
+# --- the docs ---------------------------------------------------------------------------
+
+
+def test_the_documented_kept_event_shows_the_real_field_names(reader: APIClient) -> None:
+    saga = make_saga("documented", now=T0)
+    keep_many(saga, 1, now=T0)
+    [kept] = reader.get(url("detail", saga)).json()["kept_events"]
+
+    documented = json.loads(_docs_example('"kept_at": "2026', "json"))
+
+    assert set(documented) == set(kept)
