@@ -33,9 +33,11 @@ def drain_pass(*, batch_size: int | None = None, now: datetime | None = None) ->
     """Fire due timers (``drain_due``), then deliver outbox rows whose delivery was lost.
 
     ``now`` is the moment the timers are due by (default: the clock); only
-    ``drain_saga_timeouts --as-of`` sets it, on development databases. Last, kept events
-    whose step was reached without applying them (a crash between that commit and the
-    apply) are applied (``apply_stragglers``: one query, only if a flow keeps events).
+    ``drain_saga_timeouts --as-of`` sets it, on development databases. Last, ready kept
+    events that no commit applies (a crash between the commit reaching their step and the
+    apply, a retry back-off that has run out, a requeue) are applied, and events kept for a
+    key whose saga did not start within ``ENGINE.KEEP_EARLY_FOR`` are discarded
+    (``apply_stragglers``: only if a flow keeps events, through partial indexes).
     """
     timers = drain_due(batch_size=batch_size, now=now)
     delivered = outbox.deliver_pending(batch_size=batch_size)

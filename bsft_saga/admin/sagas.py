@@ -101,7 +101,7 @@ def _pretty_json(value: Any) -> SafeString:
     return format_html("<pre>{}</pre>", json.dumps(value, indent=2, sort_keys=True))
 
 
-def _status_label(obj: SagaTimeout | SagaOutboxMessage) -> str:
+def _status_label(obj: SagaTimeout | SagaOutboxMessage | SagaKeptEvent) -> str:
     """The row's status; "unknown" when a date it depends on cannot be read."""
     unreadable = unreadable_fields(obj)
     if unreadable:

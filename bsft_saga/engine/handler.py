@@ -398,7 +398,7 @@ def _apply_next(flow: FlowDefinition, saga_id: uuid.UUID) -> _Attempt:
 def _plan_kept(
     flow: FlowDefinition, row: SagaKeptEvent, envelope: Envelope
 ) -> _Plan | _Ignored | None:
-    key = row.saga.correlation_key
+    key = row.correlation_key
     instance = lookup.instance_for(flow.saga_type, key, envelope.message_id, or_finished=False)
     if instance is None or instance.pk != row.saga_id:
         return _Ignored("no_instance", key)

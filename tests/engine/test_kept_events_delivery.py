@@ -69,6 +69,7 @@ def failing() -> Iterator[set[str]]:
 @pytest.fixture
 def clock() -> Iterator[FrozenDateTimeFactory]:
     with freeze_time(T0) as frozen:
+        assert isinstance(frozen, FrozenDateTimeFactory)  # not ticking
         yield frozen
 
 

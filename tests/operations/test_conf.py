@@ -30,6 +30,8 @@ DOCUMENTED_DEFAULTS = {
         "MAX_TIMERS_PER_STEP": 1000,
         "MAX_EVENTS_PER_STEP": 1000,
         "MAX_PUBLISH_DEPTH": 16,
+        "MAX_KEPT_EVENTS_PER_SAGA": 1000,
+        "KEEP_EARLY_FOR": timedelta(days=1),
     },
     "CALENDARS": {},
     "API": {

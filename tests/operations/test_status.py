@@ -48,6 +48,7 @@ KEYS = [
     "outbox_dead_lettered",
     "lag_seconds",
     "events_kept",
+    "kept_dead_lettered",
     "idle_seconds",
     "stale_after_seconds",
     "idle_warning",
@@ -151,7 +152,7 @@ def test_an_empty_database_has_no_lag() -> None:
 
     assert status.lag_seconds == 0
     assert status.as_dict() == {
-        **dict.fromkeys(KEYS[:10], 0),
+        **dict.fromkeys(KEYS[:11], 0),
         "idle_seconds": None,
         "stale_after_seconds": 60.0,
         "idle_warning": "no dispatcher has reported",
@@ -214,7 +215,7 @@ def test_status_runs_a_fixed_number_of_queries_however_many_rows(every_kind_of_r
     with CaptureQueriesContext(connection) as many:
         saga_status(now=NOW)
 
-    assert len(many) == len(few) == 9
+    assert len(many) == len(few) == 10
 
 
 # -- the command --------------------------------------------------------------------------
@@ -244,6 +245,7 @@ def test_the_command_prints_one_key_value_line_per_number_by_default(
     assert lines[0].split() == ["active_instances", "2"]
     assert lines[8].split() == ["lag_seconds", "90.000"]
     assert lines[9].split() == ["events_kept", "0"]
+    assert lines[10].split() == ["kept_dead_lettered", "0"]
     assert lines[-3].split() == ["stale_after_seconds", "60.000"]
     assert lines[-2].split() == ["dispatchers", "0"]
     assert lines[-1] == "no dispatcher has reported"

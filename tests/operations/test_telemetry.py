@@ -73,6 +73,7 @@ def test_the_counters_are_the_documented_ones() -> None:
         "timeout.missed",
         "timeout.dead_lettered",
         "outbox.dead_lettered",
+        "kept.dead_lettered",
         "event.ignored",
     }
 

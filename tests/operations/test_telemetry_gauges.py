@@ -84,7 +84,7 @@ def test_a_collection_runs_the_same_few_queries_however_many_rows(otel: Telemetr
     with CaptureQueriesContext(connection) as many:
         otel.metric_reader.get_metrics_data()
 
-    assert len(many) == len(few) == 5  # lag 2, due 1, dead letters 2
+    assert len(many) == len(few) == 6  # lag 2, due 1, dead letters 3
 
 
 @pytest.mark.django_db
