@@ -13,7 +13,7 @@ from dataclasses import asdict
 from typing import Any
 
 from celery import Task, current_app, shared_task
-from celery.signals import worker_process_shutdown, worker_shutdown
+from celery.signals import worker_init, worker_process_shutdown, worker_shutdown
 from django.core.checks import CheckMessage, Tags, register
 from django.core.checks import Warning as CheckWarning
 
@@ -47,10 +47,11 @@ def drain_saga_timeouts(self: Task) -> dict[str, int]:
     connection is replaced and the next pass first gives back what the lost one had
     claimed, so those timers fire in this run once the database answers again.
 
-    The worker process (each prefork pool child on its own) reports as a ``celery``
-    dispatcher: its heartbeat shows in ``saga_status``. Called as a function or run eagerly
-    (``apply()``, ``CELERY_TASK_ALWAYS_EAGER``), it is no worker's and reports nothing: the
-    calling process would otherwise leave a heartbeat that goes stale as soon as it returns.
+    The worker reports as a ``celery`` dispatcher, its pool children (prefork) on its row:
+    its heartbeat shows in ``saga_status``, fresh while any of them passes. Called as a
+    function or run eagerly (``apply()``, ``CELERY_TASK_ALWAYS_EAGER``), it is no worker's
+    and reports nothing: the calling process would otherwise leave a heartbeat that goes
+    stale as soon as it returns.
     """
     from django.db import DatabaseError, close_old_connections
 
@@ -104,6 +105,13 @@ def _enqueue_delivery(sender: Any, *, message_id: uuid.UUID, **kwargs: Any) -> N
         logger.exception("bsft_saga: could not enqueue delivery of %s; the drain will", message_id)
 
 
+def _report_for_the_pool(**kwargs: Any) -> None:
+    from bsft_saga.delivery.heartbeat import shared_with_forks
+    from bsft_saga.models import DispatcherKind
+
+    shared_with_forks(DispatcherKind.CELERY)
+
+
 def _sign_off(**kwargs: Any) -> None:
     from bsft_saga.delivery.heartbeat import signed_off
     from bsft_saga.models import DispatcherKind
@@ -112,11 +120,17 @@ def _sign_off(**kwargs: Any) -> None:
 
 
 def connect_task_receivers() -> None:
-    """Hand committed deferred events to a Celery worker, and remove a worker process's
-    heartbeat when it stops cleanly (called from ``ready()``)."""
+    """Hand committed deferred events to a Celery worker, have a worker report as one
+    dispatcher whatever pool child runs its drain, and remove its heartbeat when it stops
+    cleanly (called from ``ready()``)."""
     deferred_event_committed.connect(_enqueue_delivery, dispatch_uid="bsft_saga.tasks.enqueue")
-    # A pool child that exits (a warm shutdown, max-tasks-per-child) and a solo worker that
-    # stops: a heartbeat left stale then means a process that died.
+    # Sent in the worker's own process before it starts its pool: the children it forks
+    # then report on its row. The beat hands each run to one child, often the same: an idle
+    # child with a row of its own would go stale while the worker is healthy.
+    worker_init.connect(_report_for_the_pool, dispatch_uid="bsft_saga.tasks.report_for_pool")
+    # A pool child that exits (a warm shutdown, max-tasks-per-child) only forgets the
+    # worker's row; the worker deletes it when it stops, after its pool: a heartbeat left
+    # stale then means a worker that died.
     worker_process_shutdown.connect(_sign_off, dispatch_uid="bsft_saga.tasks.sign_off_child")
     worker_shutdown.connect(_sign_off, dispatch_uid="bsft_saga.tasks.sign_off_worker")
 

@@ -22,8 +22,13 @@ group staged, delivered right after it commits) counts its rows in the process's
 and writes nothing of its own, unless the process has not reported for
 :data:`REPORT_EVERY`.
 
-The identity belongs to one process: a forked child (a Celery prefork pool child) that
-inherited its parent's gets one of its own, since each is compared with ``os.getpid()``.
+The identity belongs to one process: a forked child that inherited its parent's gets one
+of its own, since each is compared with ``os.getpid()``. A Celery worker is the exception
+(:func:`shared_with_forks`): its pool children report as the worker, on the worker's row
+(its pid, its start), since the worker is what runs the drain for as long as it lives. The
+beat hands each drain task to one child, often the same one: an idle child of its own
+would go stale while its worker is healthy, and a dead child's row would linger although
+the worker replaced it.
 """
 
 from __future__ import annotations
@@ -46,7 +51,15 @@ from django.db.models import F
 from bsft_saga import clock
 from bsft_saga.models import DispatcherKind, SagaDispatcher
 
-__all__ = ["REPORT_EVERY", "Beat", "Dispatcher", "current", "reporting", "signed_off"]
+__all__ = [
+    "REPORT_EVERY",
+    "Beat",
+    "Dispatcher",
+    "current",
+    "reporting",
+    "shared_with_forks",
+    "signed_off",
+]
 
 logger = logging.getLogger("bsft_saga.delivery")
 
@@ -62,6 +75,9 @@ class Dispatcher:
 
     ``held`` (rows its passes in progress claimed) and ``unreported`` (rows delivered since
     its last heartbeat) are changed under ``lock``: passes of several threads may share it.
+    ``pid`` is the process its row names; ``process`` the one this object (its counters)
+    belongs to: the same, except in a process forked from a dispatcher ``shared`` with its
+    forks, which reports on its parent's row with counters of its own.
     """
 
     id: uuid.UUID
@@ -73,6 +89,9 @@ class Dispatcher:
     unreported: int = 0
     passes: int = 0  # passes in progress
     reported_at: float | None = None  # clock.stopwatch() of the last heartbeat
+    #: Whether processes forked from this one report as it (a Celery worker's pool).
+    shared: bool = False
+    process: int = field(default_factory=os.getpid)
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     @classmethod
@@ -83,6 +102,13 @@ class Dispatcher:
             host=socket.gethostname()[:_HOST_LENGTH],
             pid=os.getpid(),
             started_at=clock.now(),
+        )
+
+    def adopted(self) -> Dispatcher:
+        """This dispatcher in a process forked from it: the same row, counters of its own
+        (nothing held, nothing unreported), and not shared further."""
+        return Dispatcher(
+            id=self.id, kind=self.kind, host=self.host, pid=self.pid, started_at=self.started_at
         )
 
     def quiet(self) -> bool:
@@ -124,7 +150,7 @@ def _write(dispatcher: Dispatcher, *, held: int, delivered: int) -> None:
                 claims=held,
             )
     except IntegrityError:
-        pass  # another thread of this process wrote it first
+        pass  # another thread of this process (or another child of its worker) wrote it first
 
 
 _lock = threading.Lock()
@@ -137,10 +163,14 @@ _reporting: contextvars.ContextVar[Dispatcher | None] = contextvars.ContextVar(
 def _identity(kind: str) -> Dispatcher:
     with _lock:
         dispatcher = _identities.get(kind)
-        if dispatcher is None or dispatcher.pid != os.getpid():
-            # First use in this process, or inherited through a fork: a child is not its
-            # parent, and two processes writing one row would hide a dead one.
-            dispatcher = _identities[kind] = Dispatcher.new(kind)
+        if dispatcher is not None and dispatcher.process != os.getpid():
+            # Inherited through a fork. A child is not its parent (two processes writing
+            # one row would hide a dead one), unless the parent is a worker whose pool
+            # children run its passes.
+            dispatcher = dispatcher.adopted() if dispatcher.shared else None
+        if dispatcher is None:  # first use in this process
+            dispatcher = Dispatcher.new(kind)
+        _identities[kind] = dispatcher
         return dispatcher
 
 
@@ -150,10 +180,11 @@ def reporting(kind: DispatcherKind | str, *, sign_off: bool = False) -> Iterator
     ``kind``, writing its heartbeat.
 
     The identity is made once per process and kind, and kept by later blocks of the same
-    process (a Celery pool child that runs the drain task again and again is one
-    dispatcher). ``sign_off``: delete its row when the block ends, as a process that stops
-    cleanly does (it holds no claim by then): a row whose heartbeat went stale is then a
-    process that died. A failure to delete is logged; the purge removes the row later.
+    process (a Celery worker that runs the drain task again and again is one dispatcher;
+    its pool children report as it, see :func:`shared_with_forks`). ``sign_off``: delete
+    its row when the block ends, as a process that stops cleanly does (it holds no claim by
+    then): a row whose heartbeat went stale is then a process that died. A failure to
+    delete is logged; the purge removes the row later.
     """
     dispatcher = _identity(str(kind))
     token = _reporting.set(dispatcher)
@@ -165,15 +196,33 @@ def reporting(kind: DispatcherKind | str, *, sign_off: bool = False) -> Iterator
             signed_off(dispatcher.kind)
 
 
+def shared_with_forks(kind: DispatcherKind | str) -> Dispatcher:
+    """Make this process's dispatcher of ``kind`` now, and have the processes it forks from
+    here on report as it: on its row, which names this process (its pid, its start).
+
+    For a process whose children run its passes, a Celery worker and its pool: the row then
+    stays fresh while any child passes, an idle child is not a dispatcher of its own that
+    goes stale, and a child that dies and is replaced leaves no row behind. Its passes'
+    ``claims`` are those of the child that reported last. Only this process deletes the row
+    (:func:`signed_off`); a child that stops only forgets it. Writes nothing.
+    """
+    dispatcher = _identity(str(kind))
+    dispatcher.shared = True
+    return dispatcher
+
+
 def signed_off(kind: DispatcherKind | str) -> None:
     """Forget this process's dispatcher of ``kind`` and delete its row, as a process that
     stops cleanly does (nothing if it has none). A failure to delete is logged: the purge
-    removes the row later."""
+    removes the row later. A process that reports on its parent's row
+    (:func:`shared_with_forks`) only forgets it: the row is its parent's to delete."""
     with _lock:
         dispatcher = _identities.get(str(kind))
-        if dispatcher is None or dispatcher.pid != os.getpid():
+        if dispatcher is None or dispatcher.process != os.getpid():
             return
         del _identities[dispatcher.kind]
+    if dispatcher.pid != os.getpid():
+        return
     try:
         SagaDispatcher.objects.filter(pk=dispatcher.id).delete()
     except DatabaseError:
@@ -190,7 +239,7 @@ def current() -> Dispatcher | None:
     """The dispatcher the passes of this thread (or task) report as; ``None`` outside
     :func:`reporting`, and in a child forked inside it."""
     dispatcher = _reporting.get()
-    if dispatcher is None or dispatcher.pid != os.getpid():
+    if dispatcher is None or dispatcher.process != os.getpid():
         return None
     return dispatcher
 

@@ -210,6 +210,72 @@ def test_a_forked_child_is_a_dispatcher_of_its_own(loop: Dispatcher) -> None:
     assert int(own_pid) == child
 
 
+class _RecordedDeletes:
+    """Stands for ``SagaDispatcher`` in a forked child, which must not use the parent's
+    database connection: records what ``signed_off`` would delete."""
+
+    def __init__(self) -> None:
+        self.deleted: list[Any] = []
+        self.objects = self
+
+    def filter(self, **lookups: Any) -> Any:
+        deleted = self.deleted
+
+        class _Rows:
+            def delete(self) -> None:
+                deleted.append(lookups)
+
+        return _Rows()
+
+
+def test_a_child_forked_from_a_worker_reports_as_the_worker_and_leaves_its_row_when_it_stops(
+    fresh_celery_identity: None,
+) -> None:
+    worker = heartbeat.shared_with_forks(DispatcherKind.CELERY)
+    read, write = os.pipe()
+    child = os.fork()
+    if child == 0:  # pragma: no cover (the child)
+        try:
+            recorded = _RecordedDeletes()
+            heartbeat.SagaDispatcher = recorded  # type: ignore[assignment,misc]
+            with reporting(DispatcherKind.CELERY) as own:
+                current = heartbeat.current()
+                answer = [own.id, own.pid, own.started_at.isoformat(), current is own, own.shared]
+            signed_off(DispatcherKind.CELERY)  # its pool stops it, or max-tasks-per-child
+            os.write(write, json.dumps([*map(str, answer), len(recorded.deleted)]).encode())
+        finally:
+            os._exit(0)
+    os.close(write)
+    with os.fdopen(read) as pipe:
+        own_id, own_pid, started_at, reports, shared, deletes = json.loads(pipe.read())
+    os.waitpid(child, 0)
+
+    # The worker's row: its id, its pid, its start; the child's own counters.
+    assert (uuid.UUID(own_id), int(own_pid), started_at) == (
+        worker.id,
+        os.getpid(),
+        worker.started_at.isoformat(),
+    )
+    assert (reports, shared) == ("True", "False")  # its own forks get identities of their own
+    assert deletes == 0  # the row is the worker's: the worker deletes it when it stops
+    assert heartbeat.current() is None  # the worker itself runs no pass
+
+
+def test_a_worker_reports_on_one_row_and_deletes_it_when_it_stops(
+    fresh_celery_identity: None,
+) -> None:
+    worker = heartbeat.shared_with_forks(DispatcherKind.CELERY)
+    _start_counters(2)
+    with reporting(DispatcherKind.CELERY) as own:  # the solo pool: the worker runs the task
+        assert drain_pass().timers.fired == 2
+    assert own is worker
+
+    row = SagaDispatcher.objects.get()
+    assert (row.id, row.pid, row.delivered) == (worker.id, os.getpid(), 2)
+    signed_off(DispatcherKind.CELERY)
+    assert not SagaDispatcher.objects.exists()
+
+
 def test_the_celery_drain_task_run_in_this_process_is_no_worker_and_reports_nothing(
     fresh_celery_identity: None,
 ) -> None:

@@ -164,14 +164,20 @@ def celery_processes(
 def start_worker(celery_processes: Callable[..., Worker], tmp_path: Path) -> Callable[..., Worker]:
     """Start a worker; ``beat=True``: with an embedded beat.
 
-    ``pool="prefork"`` runs tasks in one pool child (``--concurrency=1``) that the worker's
-    parent process replaces when it dies; the default ``solo`` pool runs them in the worker
-    process itself. ``env`` adds to the environment (e.g. ``DJANGO_SETTINGS_MODULE``,
+    ``pool="prefork"`` runs tasks in ``concurrency`` pool children (one by default) that the
+    worker's parent process replaces when they die; the default ``solo`` pool runs them in
+    the worker process itself. ``env`` adds to the environment (e.g. ``DJANGO_SETTINGS_MODULE``,
     ``BSFT_SAGA_TIMEOUTS_JSON``).
     """
     count = 0
 
-    def start(*, beat: bool, pool: str = "solo", env: Mapping[str, str] | None = None) -> Worker:
+    def start(
+        *,
+        beat: bool,
+        pool: str = "solo",
+        concurrency: int = 1,
+        env: Mapping[str, str] | None = None,
+    ) -> Worker:
         nonlocal count
         count += 1
         arguments = [
@@ -183,7 +189,7 @@ def start_worker(celery_processes: Callable[..., Worker], tmp_path: Path) -> Cal
             f"--hostname=bsft-saga-test-{uuid.uuid4().hex[:8]}@%h",
         ]
         if pool == "prefork":
-            arguments.append("--concurrency=1")
+            arguments.append(f"--concurrency={concurrency}")
         if beat:
             # A schedule file of its own: a killed beat may have left its own half-written.
             arguments += ["--beat", f"--schedule={tmp_path / f'worker-beat-{count}'}"]
