@@ -409,6 +409,14 @@ class SagaTimeout(DeliveryRow):
     scope = models.CharField(
         _("scope"), max_length=10, choices=TimeoutScope.choices, default=TimeoutScope.STEP
     )
+    ignore_deadline = models.BooleanField(
+        _("ignores the deadline"),
+        default=False,
+        help_text=_(
+            "Scheduled with ignore_deadline=True: its event carries no deadline "
+            "(compensation retried by a timer)."
+        ),
+    )
     scheduled_step_index = models.PositiveIntegerField(
         _("scheduled at step"), help_text=_("The saga's step_index when the timer was scheduled.")
     )

@@ -568,6 +568,7 @@ class SagaTimeoutAdmin(ClaimerFieldsMixin, FireNowAction, TimerLeversAction, Rea
         "calendar_key",
         "correlation_id",
         "scope",
+        "ignore_deadline",
         "scheduled_step_index",
         "scheduled_at",
         "attempts",

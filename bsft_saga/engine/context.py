@@ -130,6 +130,7 @@ class SagaContext(Generic[S]):
         *,
         calendar: str | None = None,
         scope: TimeoutScopeName = "step",
+        ignore_deadline: bool = False,
     ) -> None:
         """Schedule a named timer that publishes ``event`` when due.
 
@@ -138,7 +139,9 @@ class SagaContext(Generic[S]):
         UTC (``bsft_saga.db.datetimes``), or it is a ``ValueError``. A pending timer with the
         same name is replaced. ``scope="step"`` timers are canceled when the saga handles
         its next awaited event; ``scope="saga"`` timers live until they fire or the saga
-        completes. A step may call this at most
+        completes. When it fires, its event carries the saga's deadline (as it is then)
+        unless ``ignore_deadline`` (compensation retried by a timer, which must run late
+        too, as ``publish(..., ignore_deadline=True)``). A step may call this at most
         ``BSFT_SAGA["ENGINE"]["MAX_TIMERS_PER_STEP"]`` times (1,000 by default): the next
         call is a ``ValueError``, and the step leaves nothing behind.
         """
@@ -173,6 +176,7 @@ class SagaContext(Generic[S]):
                 payload=payloads.encode_event(event, event_type),
                 calendar_key=calendar or "",
                 scope=scope,
+                ignore_deadline=ignore_deadline,
             )
         )
         self._timers_asked += 1

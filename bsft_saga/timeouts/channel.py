@@ -66,7 +66,7 @@ class TimerChannel(Channel[SagaTimeout]):
     def envelope(self, row: SagaTimeout, token: uuid.UUID) -> Envelope:
         """The timer's event, under the correlation id it was scheduled with, marked as
         coming from this timer (which names its due and scheduling times), with its saga's
-        deadline."""
+        deadline as it is now (none for a timer scheduled with ``ignore_deadline``)."""
         cls = event_class(row.event_type)
         try:
             event = codec.decode(cls, row.payload)
@@ -80,7 +80,7 @@ class TimerChannel(Channel[SagaTimeout]):
             event_type=event_type_of(cls),  # the primary name, also for a row under an alias
             correlation_id=row.correlation_id or None,
             causation_id=None,
-            deadline=row.saga.deadline,
+            deadline=None if row.ignore_deadline else row.saga.deadline,
             published_at=clock.now(),
             timer=TimerOrigin(
                 timer_id=row.pk,

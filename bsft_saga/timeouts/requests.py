@@ -15,7 +15,7 @@ DEADLINE_TIMER_NAME = "bsft_saga.deadline"
 
 @dataclass(frozen=True)
 class TimerRequest:
-    """A timer a step asked to schedule."""
+    """A timer a step asked to schedule; ``ignore_deadline``: its event carries no deadline."""
 
     name: str
     due_at: datetime
@@ -23,6 +23,7 @@ class TimerRequest:
     payload: dict[str, Any]
     calendar_key: str
     scope: TimeoutScopeName
+    ignore_deadline: bool = False
 
 
 @dataclass(frozen=True)

@@ -39,6 +39,7 @@ def _values(
         "calendar_key": request.calendar_key,
         "correlation_id": correlation_id or "",
         "scope": request.scope,
+        "ignore_deadline": request.ignore_deadline,
         "scheduled_step_index": step_index,
         "scheduled_at": now,
         "attempts": 0,

@@ -50,6 +50,7 @@ from tests.testapp.timer_flows import (
     ChecklistFlow,
     Ledger,
     PaymentFlow,
+    ProbeFlow,
     QuoteFlow,
     Recorder,
     TransferFlow,
@@ -205,6 +206,35 @@ def test_compensation_published_with_ignore_deadline_carries_no_deadline(
     [compensation] = compensations.envelopes
     assert compensation.deadline is None
     assert not bsft_saga.deadline_exceeded(compensation)
+
+
+def test_a_refund_retried_by_a_timer_with_ignore_deadline_carries_no_deadline(
+    clock: FrozenDateTimeFactory, action: Any
+) -> None:
+    # The refund is retried an hour later, past the deadline: it must still be accepted,
+    # while forward work retried the same way arrives late.
+    late = Recorder(RefundRequested, DebitRequested).connect()
+
+    def retry_later(ctx: Any, e: ProbeStarted) -> None:
+        hour = timedelta(hours=1)
+        ctx.schedule_timeout("refund", hour, RefundRequested(e.probe_id), ignore_deadline=True)
+        ctx.schedule_timeout("debit", hour, DebitRequested(e.probe_id))
+
+    try:
+        publish(ProbeStarted("p-1", action(retry_later)), deadline=DEADLINE)
+        clock.tick(timedelta(hours=1))
+        assert drain_due().fired == 2
+    finally:
+        late.disconnect()
+
+    deadlines = {
+        type(e.event): (e.deadline, bsft_saga.deadline_exceeded(e)) for e in late.envelopes
+    }
+    assert deadlines == {RefundRequested: (None, False), DebitRequested: (DEADLINE, True)}
+    assert {row.name: row.ignore_deadline for row in timers_of(ProbeFlow, "p-1")} == {
+        "refund": True,
+        "debit": False,
+    }
 
 
 def test_on_expired_does_not_run_before_the_deadline(
