@@ -102,6 +102,9 @@ KEPT_EVENT_FIELDS = [
     "deadline",
     "published_at",
     "kept_at",
+    "attempts",
+    "next_attempt_at",
+    "dead_lettered_at",
     "payload",
 ]
 
