@@ -253,3 +253,37 @@ def test_cancel_timeouts_refuses_the_deadline_timer_even_to_who_may_terminate() 
         for _level, text in messages
     )
     assert SagaTimeout.objects.get(pk=deadline.pk).is_pending
+
+
+def test_requeueing_a_dead_lettered_deadline_timer_needs_the_terminate_permission_too() -> None:
+    # Requeued past its due time, the deadline timer fires at the next pass and expires
+    # the saga: the same power as firing it now.
+    deadline = _deadline_timer("q-requeue")
+    other = make_timeout(
+        deadline.saga, "other", outcome=TimeoutOutcome.DEAD_LETTERED, dispatched_at=clock.now()
+    )
+    SagaTimeout.objects.filter(pk=deadline.pk).update(
+        outcome=TimeoutOutcome.DEAD_LETTERED,
+        dispatched_at=clock.now(),
+        dead_lettered_at=clock.now(),
+        attempts=5,
+    )
+
+    refused = _act(_user("operator", *OPERATOR), "requeue_dead_lettered", deadline, other)
+
+    messages = _messages(refused)
+    assert any(
+        f"(id {deadline.pk}) of saga quotes.follow-up[q-requeue]" in text
+        and "needs the permission bsft_saga.terminate_saga" in text
+        for _level, text in messages
+    )
+    assert SagaTimeout.objects.get(pk=deadline.pk).dead_lettered_at is not None
+    assert ("success", "1 dead-lettered timer was requeued; it fires at the next drain.") in (
+        messages
+    ), messages
+    assert SagaTimeout.objects.get(pk=other.pk).dead_lettered_at is None
+
+    allowed = _act(_user("ops", *OPERATOR, "terminate_saga"), "requeue_dead_lettered", deadline)
+
+    assert not any(level == "warning" for level, _text in _messages(allowed))
+    assert SagaTimeout.objects.get(pk=deadline.pk).is_pending
