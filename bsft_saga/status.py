@@ -21,7 +21,12 @@ from django.db.models import Count, Min
 from bsft_saga import clock
 from bsft_saga.conf import STALE_AFTER_AT_LEAST
 from bsft_saga.db.datetimes import readable_q
-from bsft_saga.dispatchers import DispatcherStatus, listed_dispatchers, stale_after
+from bsft_saga.dispatchers import (
+    DispatcherStatus,
+    listed_dispatchers,
+    newest_idle_seconds,
+    stale_after,
+)
 from bsft_saga.dispatchers import idle_warning as idle_warning_of
 from bsft_saga.models import SagaInstance, SagaKeptEvent, SagaOutboxMessage, SagaTimeout
 from bsft_saga.querysets import SagaTimeoutQuerySet, outbox_due_at
@@ -53,8 +58,9 @@ class SagaStatus:
     - ``kept_dead_lettered``: kept events given up after ``MAX_DISPATCH_ATTEMPTS`` failed
       attempts (``requeue_saga_kept_events`` returns them).
     - ``idle_seconds``: now minus the newest ``last_pass_at`` of the dispatchers that report
-      in (``drain_saga_timeouts --loop``, Celery workers running the drain); ``None`` when
-      none does.
+      in (``drain_saga_timeouts --loop``, Celery workers running the drain), leaving out
+      one more than ``STALE_AFTER`` after now (a clock far ahead, a row written by hand);
+      ``None`` when none is left.
     - ``stale_after_seconds``: ``TIMEOUTS["STALE_AFTER"]``: a dispatcher, or the lag, past
       it is a warning.
     - ``dispatchers``: the dispatchers that passed last, newest first
@@ -136,7 +142,7 @@ def saga_status(*, now: datetime | None = None) -> SagaStatus:
         lag_seconds=_lag(moment, due["oldest"], outbox["oldest"]),
         events_kept=SagaKeptEvent.objects.pending().count(),
         kept_dead_lettered=SagaKeptEvent.objects.dead_lettered().count(),
-        idle_seconds=reporting[0].idle_seconds if reporting else None,
+        idle_seconds=newest_idle_seconds(reporting),
         stale_after_seconds=threshold.total_seconds(),
         dispatchers=reporting,
     )
@@ -174,9 +180,13 @@ def _due_timers(now: datetime) -> SagaTimeoutQuerySet:
 
 def _due_outbox(now: datetime) -> dict[str, Any]:
     # How many pending rows are due at ``now`` and the oldest due time among them, down the
-    # partial index of pending rows by due time (deliver_at, else created_at).
-    return SagaOutboxMessage.objects.due(now).aggregate(
-        count=Count("id"), oldest=Min(outbox_due_at())
+    # partial index of pending rows by due time (deliver_at, else created_at). A due time
+    # that cannot be read back is not late, as for timers.
+    readable = readable_q("due_at", connection.vendor)  # the alias due() gives the due time
+    return (
+        SagaOutboxMessage.objects.due(now)
+        .filter(readable)
+        .aggregate(count=Count("id"), oldest=Min(outbox_due_at()))
     )
 
 

@@ -73,19 +73,28 @@ class ClaimerFieldsMixin:
         """How long ago the holder of a claimed row last passed; stale (in the error colour)
         past ``STALE_AFTER``, with when the next pass may claim the row again."""
         claimer = claimer_of_row(obj)
-        if not claimer.claimed or claimer.idle_seconds is None:
+        if not claimer.claimed or claimer.stale is None:
             return "-"
-        idle = format_duration(claimer.idle_seconds)
+        if claimer.ahead_seconds is not None:
+            last_pass = _("last pass %(ahead)s ahead of this server's clock") % {
+                "ahead": format_duration(claimer.ahead_seconds)
+            }
+        elif claimer.idle_seconds is None:  # stored out of range: no sign of life
+            last_pass = _("last pass unreadable")
+        else:
+            last_pass = _("last pass %(idle)s ago") % {
+                "idle": format_duration(claimer.idle_seconds)
+            }
         if not claimer.stale:
-            return _("last pass %(idle)s ago") % {"idle": idle}
+            return last_pass
         return format_html(
             '<strong class="saga-warning" style="color: var(--error-fg)">{}</strong>',
             format_html(
                 _(
-                    "stale: last pass {idle} ago; the next pass claims the row again once its "
-                    "lease ends at {until}"
+                    "stale: {last_pass}; the next pass claims the row again once its lease "
+                    "ends at {until}"
                 ),
-                idle=idle,
+                last_pass=last_pass,
                 until=moment_html(claimer.lease_ends),
             ),
         )

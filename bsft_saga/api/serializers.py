@@ -208,12 +208,17 @@ class SagaDispatcherStatusSerializer(serializers.Serializer[dict[str, object]]):
     kind = serializers.ChoiceField(choices=DispatcherKind.choices)
     host = serializers.CharField()
     pid = serializers.IntegerField()
-    started_at = serializers.DateTimeField()
+    started_at = serializers.DateTimeField(
+        allow_null=True, help_text="When it started; null when the stored value cannot be read."
+    )
     last_pass_at = serializers.DateTimeField()
     delivered = serializers.IntegerField(help_text="Rows its passes delivered since it started.")
     claims = serializers.IntegerField(help_text="Rows its pass in progress holds.")
-    idle_seconds = serializers.FloatField(help_text="Now minus last_pass_at.")
-    stale = serializers.BooleanField(help_text="Whether idle_seconds is above stale_after_seconds.")
+    idle_seconds = serializers.FloatField(help_text="Now minus last_pass_at, never negative.")
+    stale = serializers.BooleanField(
+        help_text="Whether idle_seconds is above stale_after_seconds, or last_pass_at lies more "
+        "than stale_after_seconds after now (a clock far ahead: no sign of life)."
+    )
 
 
 class SagaStatusSerializer(serializers.Serializer[dict[str, object]]):
@@ -248,8 +253,8 @@ class SagaStatusSerializer(serializers.Serializer[dict[str, object]]):
     )
     idle_seconds = serializers.FloatField(
         allow_null=True,
-        help_text="Now minus the newest last_pass_at of the dispatchers that report in; null "
-        "when none does.",
+        help_text="Now minus the newest last_pass_at of the dispatchers that report in, "
+        "leaving out one more than stale_after_seconds after now; null when none is left.",
     )
     stale_after_seconds = serializers.FloatField(
         help_text="TIMEOUTS['STALE_AFTER']: a dispatcher whose last pass is older is stale."

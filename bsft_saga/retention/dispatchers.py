@@ -3,8 +3,11 @@
 A dispatcher that stops cleanly removes its own row; one that was killed (or whose host
 went away) leaves it, stale, so that ``saga_status`` and the admin show that it died. Once
 its last pass is older than :func:`kept_for` nothing refers to it any more (its claims'
-leases ran out long ago) and the purge deletes it. A process that was only cut off that
-long and passes again writes its row anew (its ``delivered`` then counts from there).
+leases ran out long ago) and the purge deletes it. A row whose last pass lies more than
+``STALE_AFTER`` after now (a host whose clock runs far ahead, a row written by hand, a
+moment out of range) proves no dispatcher alive: the purge deletes it too. A process that
+was only cut off that long, or whose clock runs that far ahead, and passes again writes its
+row anew (its ``delivered`` then counts from there).
 """
 
 from __future__ import annotations
@@ -33,10 +36,17 @@ def kept_for() -> timedelta:
 
 def dead_dispatchers(now: datetime | None = None) -> QuerySet[SagaDispatcher]:
     """Dispatchers whose last pass (or, never having passed, whose start) is older than
-    :func:`kept_for` at ``now``."""
-    cutoff = (now or clock.now()) - kept_for()
+    :func:`kept_for` at ``now``, or lies more than ``STALE_AFTER`` after ``now``.
+
+    A moment that cannot be read back (out of range, written by hand) is one or the other,
+    also on SQLite, where it compares as text."""
+    moment = now or clock.now()
+    cutoff, horizon = moment - kept_for(), moment + saga_settings.timeouts.stale_after
     return SagaDispatcher.objects.filter(
-        Q(last_pass_at__lt=cutoff) | Q(last_pass_at__isnull=True, started_at__lt=cutoff)
+        Q(last_pass_at__lt=cutoff)
+        | Q(last_pass_at__gt=horizon)
+        | Q(last_pass_at__isnull=True, started_at__lt=cutoff)
+        | Q(last_pass_at__isnull=True, started_at__gt=horizon)
     )
 
 

@@ -109,7 +109,9 @@ def test_an_idle_pool_child_of_a_live_worker_is_no_stale_dispatcher(
     assert [(d["pid"], d["stale"]) for d in document["dispatchers"]] == [
         (worker.process.pid, False)
     ]
-    assert status.dispatchers[0].started_at < both_passed
+    started_at = status.dispatchers[0].started_at
+    assert started_at is not None
+    assert started_at < both_passed  # the worker's start, not its children's first pass
 
 
 @pytest.mark.timeout(180)

@@ -109,9 +109,13 @@ def _number(value: Any) -> str:
 
 
 def _dispatcher_line(dispatcher: DispatcherStatus) -> str:
+    when = (
+        f"{dispatcher.idle_seconds:.0f} s ago"
+        if dispatcher.ahead_seconds is None
+        else f"{dispatcher.ahead_seconds:.0f} s ahead of this clock"
+    )
     line = (
         f"{printable(dispatcher.kind)} {printable(dispatcher.host)}:{dispatcher.pid}  last pass "
-        f"{dispatcher.idle_seconds:.0f} s ago  delivered={dispatcher.delivered} "
-        f"claims={dispatcher.claims}"
+        f"{when}  delivered={dispatcher.delivered} claims={dispatcher.claims}"
     )
     return f"{line}  stale" if dispatcher.stale else line
