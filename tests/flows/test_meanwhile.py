@@ -119,7 +119,8 @@ def test_a_meanwhile_runs_while_the_saga_waits_at_the_step_it_is_drawn_at() -> N
         harness.publish(NoteAdded("o-1", text="left at the door"))
         after = harness.get_saga(FulfilmentFlow, "o-1")
 
-    assert waiting is not None and after is not None
+    assert waiting is not None
+    assert after is not None
     assert (waiting.step_index, after.step_index) == (3, 3)
     assert "left at the door" in after.state["log"]
 
