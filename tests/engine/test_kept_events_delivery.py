@@ -11,6 +11,7 @@ from io import StringIO
 
 import pytest
 from django.contrib.auth import get_user_model
+from django.contrib.auth.models import Permission
 from django.core.exceptions import ImproperlyConfigured
 from django.core.management import call_command
 from django.test import Client, override_settings
@@ -408,3 +409,18 @@ def test_keeping_an_event_takes_no_version_the_journal_does_not_show() -> None:
     )
     assert versions == [1, 2, 3]
     assert saga.version == 3
+
+
+def test_the_requeue_action_needs_the_change_permission_of_kept_events() -> None:
+    publish(Opened("p-1"))
+    publish(Item("p-1", n=1))
+    viewer = get_user_model().objects.create_user("viewer", password="pw", is_staff=True)
+    viewer.user_permissions.add(Permission.objects.get(codename="view_sagakeptevent"))
+    client = Client()
+    client.force_login(viewer)
+
+    page = client.get(reverse("admin:bsft_saga_sagakeptevent_changelist"))
+
+    assert page.status_code == 200
+    assert page.context["cl"].result_count == 1
+    assert "requeue_kept_events" not in page.content.decode()
