@@ -409,9 +409,12 @@ class SagaTimeout(DeliveryRow):
     scope = models.CharField(
         _("scope"), max_length=10, choices=TimeoutScope.choices, default=TimeoutScope.STEP
     )
+    # A database default too: rows written by code that predates the column (a rolling
+    # deploy's old processes, a bulk INSERT of its own) are timers like any other.
     ignore_deadline = models.BooleanField(
         _("ignores the deadline"),
         default=False,
+        db_default=False,
         help_text=_(
             "Scheduled with ignore_deadline=True: its event carries no deadline "
             "(compensation retried by a timer)."
