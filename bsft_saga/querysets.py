@@ -20,7 +20,6 @@ timers, as ``SagaTimeout.outcome``.
 
 from __future__ import annotations
 
-import warnings
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
@@ -194,15 +193,6 @@ class SagaOutboxQuerySet(DeliveryQuerySet["SagaOutboxMessage"]):
     def pending(self) -> SagaOutboxQuerySet:
         """Rows still to be delivered: neither delivered nor dead-lettered."""
         return self.filter(delivered_at__isnull=True, dead_lettered_at__isnull=True)
-
-    def undelivered(self) -> SagaOutboxQuerySet:
-        """Deprecated: :meth:`pending`, the one name of a row still to be delivered."""
-        warnings.warn(
-            "SagaOutboxMessage.objects.undelivered() is deprecated; use pending()",
-            DeprecationWarning,
-            stacklevel=2,
-        )
-        return self.pending()
 
     def delivered(self) -> SagaOutboxQuerySet:
         return self.filter(delivered_at__isnull=False)

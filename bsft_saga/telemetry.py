@@ -45,10 +45,8 @@ telemetry together).
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import time
-import warnings
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from functools import cache
@@ -289,14 +287,6 @@ def timer_span(saga_type: str, timer_name: str) -> Iterator[Span]:
     attributes = _span_attributes({ATTR_SAGA_TYPE: saga_type, ATTR_TIMEOUT_NAME: timer_name})
     with _span("saga.timeout", attributes) as span:
         yield span
-
-
-def timeout_span(saga_type: str, timeout_name: str) -> contextlib.AbstractContextManager[Span]:
-    """Deprecated: :func:`timer_span`."""
-    warnings.warn(
-        "timeout_span() is deprecated; use timer_span()", DeprecationWarning, stacklevel=2
-    )
-    return timer_span(saga_type, timeout_name)
 
 
 @contextmanager

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-import warnings
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -111,13 +110,3 @@ def _journal(row: Any, saga: Any, user: Any) -> None:
         correlation_id=row.correlation_id,
         step=saga.step_index,
     )
-
-
-def __getattr__(name: str) -> Any:
-    # Deprecated names: every report of bsft_saga is a ``…Report``.
-    if name == "RequeueResult":
-        warnings.warn(
-            "RequeueResult is deprecated; use RequeueReport", DeprecationWarning, stacklevel=2
-        )
-        return RequeueReport
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -7,7 +7,6 @@ over :func:`terminate`.
 from __future__ import annotations
 
 import uuid
-import warnings
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -133,15 +132,3 @@ def _complete(instance: SagaInstance, reason: str, user: Any) -> bool:
 def _report(saga_type: str, canceled: int) -> None:
     telemetry.count("completed", saga_type)
     telemetry.count("timeout.canceled", saga_type, canceled)
-
-
-def __getattr__(name: str) -> Any:
-    # Deprecated names: every report of bsft_saga is a ``…Report``.
-    if name == "TerminationResult":
-        warnings.warn(
-            "TerminationResult is deprecated; use TerminationReport",
-            DeprecationWarning,
-            stacklevel=2,
-        )
-        return TerminationReport
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import uuid
-import warnings
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -28,14 +27,6 @@ class TimerOrigin:
     claim_token: uuid.UUID
     due_at: datetime
     scheduled_at: datetime
-
-    @property
-    def timeout_id(self) -> int:
-        """Deprecated: :attr:`timer_id`."""
-        warnings.warn(
-            "TimerOrigin.timeout_id is deprecated; use timer_id", DeprecationWarning, stacklevel=2
-        )
-        return self.timer_id
 
 
 @dataclass(frozen=True)

@@ -6,7 +6,6 @@ The admin action ``fire_now`` on the timer changelist is a thin wrapper over
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -134,13 +133,3 @@ def may_move_deadline(user: Any) -> bool:
     """Whether ``user`` may fire or reschedule a ``with_deadline`` timer: one who holds
     ``DEADLINE_PERMISSION``, or ``None`` (code, or a command run by the operator)."""
     return user is None or bool(user.has_perm(DEADLINE_PERMISSION))
-
-
-def __getattr__(name: str) -> Any:
-    # Deprecated names: every report of bsft_saga is a ``…Report``.
-    if name == "FireNowResult":
-        warnings.warn(
-            "FireNowResult is deprecated; use FireNowReport", DeprecationWarning, stacklevel=2
-        )
-        return FireNowReport
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -182,9 +182,7 @@ def test_spans_carry_the_ambient_correlation_id(otel: Telemetry, saga_type: str)
 # --- saga.timeout ---------------------------------------------------------------------
 
 
-def test_timeout_span_records_the_saga_type_and_timeout_name(
-    otel: Telemetry, saga_type: str
-) -> None:
+def test_timer_span_records_the_saga_type_and_timer_name(otel: Telemetry, saga_type: str) -> None:
     with timer_span(saga_type, "reminder-1"):
         pass
 
@@ -193,7 +191,7 @@ def test_timeout_span_records_the_saga_type_and_timeout_name(
     assert finished.attributes["saga.timeout.name"] == "reminder-1"
 
 
-def test_a_step_run_by_a_timer_is_a_child_of_its_timeout_span(
+def test_a_step_run_by_a_timer_is_a_child_of_its_timer_span(
     otel: Telemetry, saga_type: str
 ) -> None:
     with (
@@ -209,7 +207,7 @@ def test_a_step_run_by_a_timer_is_a_child_of_its_timeout_span(
     assert step.parent.span_id == timeout.context.span_id
 
 
-def test_timeout_span_records_the_exception_and_reraises(otel: Telemetry, saga_type: str) -> None:
+def test_timer_span_records_the_exception_and_reraises(otel: Telemetry, saga_type: str) -> None:
     with pytest.raises(RuntimeError, match="receiver failed"), timer_span(saga_type, "t"):
         raise RuntimeError("receiver failed")
 
