@@ -35,6 +35,7 @@ from bsft_saga.events import codec, nesting
 from bsft_saga.events.envelope import Envelope
 from bsft_saga.events.registry import event_class, event_type_of
 from bsft_saga.models import JournalKind, SagaOutboxMessage
+from bsft_saga.progress import Progress
 from bsft_saga.querysets import SagaOutboxQuerySet
 from bsft_saga.signals import deferred_event_committed
 
@@ -199,12 +200,13 @@ def _deliver_staged(envelopes: list[Envelope]) -> None:
 
 
 def requeue_dead_lettered(
-    ids: Iterable[uuid.UUID] | None = None, *, user: Any = None
+    ids: Iterable[uuid.UUID] | None = None, *, user: Any = None, progress: Progress | None = None
 ) -> RequeueReport:
     """Make dead-lettered outbox rows deliverable again (``None``: all of them); the next
     pass delivers them. Each requeue is audited under ``user`` (``None``: code or a
-    command). See ``bsft_saga.delivery.requeue``."""
-    return requeue.requeue_dead_lettered(OUTBOX, None if ids is None else list(ids), user=user)
+    command). See ``bsft_saga.delivery.requeue``, also for ``progress``."""
+    wanted = None if ids is None else list(ids)
+    return requeue.requeue_dead_lettered(OUTBOX, wanted, user=user, progress=progress)
 
 
 def envelope_of(row: SagaOutboxMessage) -> Envelope:

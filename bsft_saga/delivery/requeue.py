@@ -13,8 +13,12 @@ from bsft_saga import journal
 from bsft_saga.audit import REQUEUED, record_action
 from bsft_saga.delivery.channel import Channel, R
 from bsft_saga.models import JournalKind, SagaTimeout
+from bsft_saga.progress import Progress
 
 logger = logging.getLogger("bsft_saga.delivery")
+
+#: How many rows a requeue handles between two calls of its ``progress``.
+PROGRESS_EVERY = 100
 
 
 @dataclass(frozen=True)
@@ -26,7 +30,11 @@ class RequeueReport:
 
 
 def requeue_dead_lettered(
-    channel: Channel[R], ids: Iterable[Any] | None = None, *, user: Any = None
+    channel: Channel[R],
+    ids: Iterable[Any] | None = None,
+    *,
+    user: Any = None,
+    progress: Progress | None = None,
 ) -> RequeueReport:
     """Make dead-lettered rows deliverable again; ``ids=None`` means every dead letter.
 
@@ -39,7 +47,9 @@ def requeue_dead_lettered(
     another row's requeue. Each requeued row writes one audit record
     (``"saga.timeout.requeued"`` or ``"saga.outbox.requeued"``, naming ``user`` — ``None``
     from a command — and the row's saga) in the savepoint that requeued it, and, for a row
-    of a saga, one ``requeued`` entry in that saga's journal.
+    of a saga, one ``requeued`` entry in that saga's journal. ``progress`` (see
+    :mod:`bsft_saga.progress`) is told every ``PROGRESS_EVERY`` rows, and after the last,
+    how many of the ids have been dealt with.
     """
     every_row = channel.all_rows()
     if ids is None:
@@ -53,7 +63,7 @@ def requeue_dead_lettered(
     rows = channel.load(every_row.filter(pk__in=wanted)).in_bulk()
     requeued = 0
     refused: list[tuple[Any, str]] = []
-    for pk in wanted:
+    for done, pk in enumerate(wanted, start=1):
         row = rows.get(pk)
         if row is None:
             reason: str | None = f"{channel.noun} {pk} does not exist"
@@ -65,6 +75,8 @@ def requeue_dead_lettered(
             requeued += 1
         else:
             refused.append((pk, reason))
+        if progress is not None and (done % PROGRESS_EVERY == 0 or done == len(wanted)):
+            progress(done, len(wanted))
     return RequeueReport(requeued=requeued, refused=refused)
 
 

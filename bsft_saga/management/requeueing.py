@@ -9,6 +9,8 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from bsft_saga.delivery.requeue import RequeueReport
 from bsft_saga.management.printable import printable
+from bsft_saga.management.progress import progress_line
+from bsft_saga.progress import Progress
 
 
 class RequeueCommand(BaseCommand):
@@ -16,6 +18,7 @@ class RequeueCommand(BaseCommand):
 
     Every id that can be requeued is; each refused one is named on stderr with its reason,
     and the command then fails with a ``CommandError`` listing them, so a script notices.
+    On a terminal a progress line shows how far it is (:mod:`~bsft_saga.management.progress`).
     """
 
     #: What a row is called ("timer", "outbox message") and how its ids are written.
@@ -26,8 +29,8 @@ class RequeueCommand(BaseCommand):
     def parse_ids(self, values: Iterable[Any]) -> list[Any]:
         raise NotImplementedError
 
-    def requeue(self, ids: list[Any] | None) -> RequeueReport:
-        """Requeue these ids (``None``: every dead letter of the table)."""
+    def requeue(self, ids: list[Any] | None, progress: Progress | None) -> RequeueReport:
+        """Requeue these ids (``None``: every dead letter of the table), telling ``progress``."""
         raise NotImplementedError
 
     def add_arguments(self, parser: CommandParser) -> None:
@@ -48,7 +51,8 @@ class RequeueCommand(BaseCommand):
 
     def handle(self, *args: Any, **options: Any) -> None:
         ids = None if options["all_dead_lettered"] else self.parse_ids(options["ids"])
-        result = self.requeue(ids)
+        with progress_line(self, options, f"dead-lettered {self.noun}s") as progress:
+            result = self.requeue(ids, progress)
         if int(options["verbosity"]) >= 1:
             for pk, reason in result.refused:
                 self.stderr.write(self.style.WARNING(f"refused {pk}: {printable(reason)}"))

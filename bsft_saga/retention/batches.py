@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import operator
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import astuple, dataclass
 from typing import Any, Self
 
@@ -28,6 +28,9 @@ from bsft_saga.models import (
     SagaTimeout,
 )
 from bsft_saga.querysets import SagaOutboxQuerySet, SagaTimeoutQuerySet
+
+#: Told how many rows each statement deleted, right after it (a purge's progress).
+OnBatch = Callable[[int], None]
 
 #: Rows per statement unless told otherwise: small enough that no statement holds its
 #: locks for long, large enough that a million rows take a thousand statements.
@@ -55,14 +58,16 @@ def check_batch_size(batch_size: int) -> None:
         raise ValueError(f"batch_size must be a positive integer, got {batch_size!r}")
 
 
-def delete_in_batches(rows: QuerySet[Any], batch_size: int) -> int:
+def delete_in_batches(
+    rows: QuerySet[Any], batch_size: int, *, on_batch: OnBatch | None = None
+) -> int:
     """Delete every row of ``rows``, ``batch_size`` per statement; return how many went.
 
     Each statement is ``DELETE ... WHERE <filters> AND id IN (SELECT id ... WHERE <filters>
     LIMIT batch_size)``: the filters are applied again to each row it deletes, so a row
     that changed since the statement chose it (a dead letter requeued meanwhile, say) is
     left alone. Only for tables no foreign key points to: no cascade is followed and no
-    delete signal is sent.
+    delete signal is sent. ``on_batch`` is told the count of each statement.
     """
     check_batch_size(batch_size)
     referenced_by = rows.model._meta.related_objects
@@ -79,6 +84,8 @@ def delete_in_batches(rows: QuerySet[Any], batch_size: int) -> int:
         batch = rows.filter(pk__in=rows.order_by().values("pk")[:batch_size])
         count = batch._raw_delete(batch.db)
         deleted += count
+        if on_batch is not None:
+            on_batch(count)
         if count < batch_size:
             return deleted
 
@@ -96,11 +103,17 @@ def delete_instances(
     timeouts: SagaTimeoutQuerySet,
     outbox: SagaOutboxQuerySet,
     batch_size: int,
+    on_batch: OnBatch | None = None,
 ) -> DeletedRows:
     """``delete_children``, then ``delete_childless``: the instances with what may go of theirs."""
     ids = list(ids)
-    children = delete_children(ids, timeouts=timeouts, outbox=outbox, batch_size=batch_size)
-    return children + DeletedRows(instances=delete_childless(ids))
+    children = delete_children(
+        ids, timeouts=timeouts, outbox=outbox, batch_size=batch_size, on_batch=on_batch
+    )
+    instances = delete_childless(ids)
+    if on_batch is not None:
+        on_batch(instances)
+    return children + DeletedRows(instances=instances)
 
 
 def delete_children(
@@ -109,6 +122,7 @@ def delete_children(
     timeouts: SagaTimeoutQuerySet,
     outbox: SagaOutboxQuerySet,
     batch_size: int,
+    on_batch: OnBatch | None = None,
 ) -> DeletedRows:
     """Delete these instances' inbox rows, kept events and journals, and those of their rows
     in ``timeouts``/``outbox``.
@@ -117,12 +131,16 @@ def delete_children(
     (a purge spares live ones, an erasure nothing).
     """
     ids = list(ids)
+
+    def delete(rows: QuerySet[Any]) -> int:
+        return delete_in_batches(rows.filter(saga_id__in=ids), batch_size, on_batch=on_batch)
+
     return DeletedRows(
-        inbox=delete_in_batches(SagaInboxEntry.objects.filter(saga_id__in=ids), batch_size),
-        timeouts=delete_in_batches(timeouts.filter(saga_id__in=ids), batch_size),
-        outbox=delete_in_batches(outbox.filter(saga_id__in=ids), batch_size),
-        kept=delete_in_batches(SagaKeptEvent.objects.filter(saga_id__in=ids), batch_size),
-        journal=delete_in_batches(SagaJournalEntry.objects.filter(saga_id__in=ids), batch_size),
+        inbox=delete(SagaInboxEntry.objects.all()),
+        timeouts=delete(timeouts),
+        outbox=delete(outbox),
+        kept=delete(SagaKeptEvent.objects.all()),
+        journal=delete(SagaJournalEntry.objects.all()),
     )
 
 

@@ -13,8 +13,9 @@ from django.db import transaction
 from django.db.models import F
 
 from bsft_saga import clock
-from bsft_saga.audit import get_audit_recorder
+from bsft_saga.audit import AuditRecorder, get_audit_recorder
 from bsft_saga.models import SagaInstance, SagaKeptEvent, SagaOutboxMessage, SagaTimeout
+from bsft_saga.progress import Progress
 from bsft_saga.retention.batches import (
     DEFAULT_BATCH_SIZE,
     DeletedRows,
@@ -54,6 +55,7 @@ def erase_saga_data(
     dry_run: bool = False,
     batch_size: int = DEFAULT_BATCH_SIZE,
     now: datetime | None = None,
+    progress: Progress | None = None,
 ) -> EraseReport:
     """Delete every completed instance of ``saga_type`` for ``correlation_key``, with all
     its inbox rows, timers, outbox rows and kept events, undelivered ones included, and the
@@ -69,7 +71,8 @@ def erase_saga_data(
     ``user=None``, from the configured ``AUDIT_RECORDER`` (none when that is ``None``),
     committed with the deletion of the instance row. An instance that does not exist any
     more when its turn comes (a concurrent erasure) is skipped. ``dry_run`` deletes nothing
-    and records nothing.
+    and records nothing. ``progress`` (see :mod:`bsft_saga.progress`) is told after each
+    instance how many of the instances found have been dealt with.
     """
     check_batch_size(batch_size)
     moment = now or clock.now()
@@ -85,31 +88,13 @@ def erase_saga_data(
     recorder = get_audit_recorder()
     erased: list[uuid.UUID] = []
     total = DeletedRows()
-    for pk in targets:
-        with transaction.atomic():
-            # Completing it first fences off concurrent steps; its timers never fire again.
-            SagaInstance.objects.filter(pk=pk, is_complete=False).update(
-                is_complete=True, completed_at=moment, updated_at=moment, version=F("version") + 1
-            )
-            timer_store.cancel_all(pk, now=moment)
-        total += delete_children(
-            [pk],
-            timeouts=SagaTimeout.objects.all(),
-            outbox=SagaOutboxMessage.objects.all(),
-            batch_size=batch_size,
-        )
-        with transaction.atomic():
-            if not delete_childless([pk]):
-                continue  # erased meanwhile by someone else
-            if recorder is not None:
-                recorder.record(
-                    action=ERASED,
-                    user=None,
-                    saga_type=saga_type,
-                    correlation_key=correlation_key,
-                    instance_id=pk,
-                )
-        erased.append(pk)
+    for done, pk in enumerate(targets, start=1):
+        children, gone = _erase_one(pk, saga_type, correlation_key, moment, recorder, batch_size)
+        total += children
+        if gone:
+            erased.append(pk)
+        if progress is not None:
+            progress(done, len(targets))
     # Events kept for the key before a saga of it started belong to no instance: erased
     # with the key's data all the same.
     unowned, _ = (
@@ -119,3 +104,39 @@ def erase_saga_data(
     )
     total += DeletedRows(instances=len(erased), kept=unowned)
     return EraseReport(erased=tuple(erased), kept_active=kept, rows=total)
+
+
+def _erase_one(
+    pk: uuid.UUID,
+    saga_type: str,
+    correlation_key: str,
+    moment: datetime,
+    recorder: AuditRecorder | None,
+    batch_size: int,
+) -> tuple[DeletedRows, bool]:
+    """Erase one instance: its child rows deleted, and whether this call deleted the
+    instance row (not when someone else erased it meanwhile)."""
+    with transaction.atomic():
+        # Completing it first fences off concurrent steps; its timers never fire again.
+        SagaInstance.objects.filter(pk=pk, is_complete=False).update(
+            is_complete=True, completed_at=moment, updated_at=moment, version=F("version") + 1
+        )
+        timer_store.cancel_all(pk, now=moment)
+    children = delete_children(
+        [pk],
+        timeouts=SagaTimeout.objects.all(),
+        outbox=SagaOutboxMessage.objects.all(),
+        batch_size=batch_size,
+    )
+    with transaction.atomic():
+        if not delete_childless([pk]):
+            return children, False  # erased meanwhile by someone else
+        if recorder is not None:
+            recorder.record(
+                action=ERASED,
+                user=None,
+                saga_type=saga_type,
+                correlation_key=correlation_key,
+                instance_id=pk,
+            )
+    return children, True

@@ -14,6 +14,7 @@ from datetime import datetime, timedelta
 from django.db.models import Q
 
 from bsft_saga.models import SagaInboxEntry, SagaJournalEntry, SagaOutboxMessage, SagaTimeout
+from bsft_saga.progress import Progress
 from bsft_saga.querysets import SagaInstanceQuerySet
 from bsft_saga.retention import selection
 from bsft_saga.retention.batches import (
@@ -52,6 +53,7 @@ def purge_saga_data(
     dry_run: bool = False,
     batch_size: int = DEFAULT_BATCH_SIZE,
     now: datetime | None = None,
+    progress: Progress | None = None,
 ) -> PurgeReport:
     """Delete what the retention windows no longer keep; return how many rows of each kind.
 
@@ -70,6 +72,10 @@ def purge_saga_data(
     keeps every audit record. At most ``batch_size`` rows go per statement, each statement
     committing on its own outside a transaction, and rows are never loaded: run it beside
     live traffic, and again after an interruption. ``dry_run`` only counts.
+
+    ``progress`` (see :mod:`bsft_saga.progress`) is told the rows deleted so far after each
+    statement, against the total a dry run counts first (that count is one more query per
+    table, made only when ``progress`` is given).
     """
     policy = RetentionPolicy.build(
         older_than=older_than,
@@ -77,20 +83,25 @@ def purge_saga_data(
         audit_older_than=audit_older_than,
         now=now,
     )
-    return apply_policy(policy, dry_run=dry_run, batch_size=batch_size)
+    return apply_policy(policy, dry_run=dry_run, batch_size=batch_size, progress=progress)
 
 
 def apply_policy(
-    policy: RetentionPolicy, *, dry_run: bool = False, batch_size: int = DEFAULT_BATCH_SIZE
+    policy: RetentionPolicy,
+    *,
+    dry_run: bool = False,
+    batch_size: int = DEFAULT_BATCH_SIZE,
+    progress: Progress | None = None,
 ) -> PurgeReport:
     """``purge_saga_data`` with its windows already measured: delete (or count) by ``policy``."""
     check_batch_size(batch_size)
     if dry_run:
         return _count(policy)
+    tally = None if progress is None else _Tally(progress, _count(policy))
     rows = DeletedRows(
-        timeouts=delete_in_batches(selection.retired_timers(policy), batch_size),
-        outbox=delete_in_batches(selection.delivered_outbox(policy), batch_size)
-        + delete_in_batches(selection.dead_outbox(policy), batch_size),
+        timeouts=delete_in_batches(selection.retired_timers(policy), batch_size, on_batch=tally),
+        outbox=delete_in_batches(selection.delivered_outbox(policy), batch_size, on_batch=tally)
+        + delete_in_batches(selection.dead_outbox(policy), batch_size, on_batch=tally),
     )
     for ids in _pages(selection.finished_instances(policy), id_page_size(batch_size)):
         rows += delete_instances(
@@ -98,10 +109,27 @@ def apply_policy(
             timeouts=SagaTimeout.objects.exclude(selection.LIVE_TIMER),
             outbox=SagaOutboxMessage.objects.exclude(selection.UNDELIVERED),
             batch_size=batch_size,
+            on_batch=tally,
         )
-    audit = delete_in_batches(selection.expired_audit_records(policy), batch_size)
+    audit = delete_in_batches(selection.expired_audit_records(policy), batch_size, on_batch=tally)
     dispatchers = prune_dispatchers(batch_size=batch_size)
+    if tally is not None:
+        tally(dispatchers)
     return PurgeReport(**asdict(rows), audit=audit, dispatchers=dispatchers)
+
+
+class _Tally:
+    """Adds up the rows each statement deleted and tells ``progress`` the sum so far."""
+
+    def __init__(self, progress: Progress, expected: PurgeReport) -> None:
+        self.progress = progress
+        self.total = sum(asdict(expected).values())
+        self.done = 0
+
+    def __call__(self, count: int) -> None:
+        if count:  # the statement that finds a table done tells nothing new
+            self.done += count
+            self.progress(self.done, self.total)
 
 
 def purge_timeouts(

@@ -13,6 +13,7 @@ from typing import Any
 
 from bsft_saga.delivery import requeue
 from bsft_saga.delivery.requeue import RequeueReport
+from bsft_saga.progress import Progress
 from bsft_saga.timeouts.channel import TIMERS
 from bsft_saga.timeouts.expedite import DEADLINE_PERMISSION, may_move_deadline
 from bsft_saga.timeouts.requests import DEADLINE_TIMER_NAME
@@ -20,7 +21,9 @@ from bsft_saga.timeouts.requests import DEADLINE_TIMER_NAME
 __all__ = ["RequeueReport", "requeue_dead_lettered"]
 
 
-def requeue_dead_lettered(ids: Iterable[int] | None = None, *, user: Any = None) -> RequeueReport:
+def requeue_dead_lettered(
+    ids: Iterable[int] | None = None, *, user: Any = None, progress: Progress | None = None
+) -> RequeueReport:
     """Return dead-lettered timers to the pending set; ``None`` means every dead letter.
 
     A requeued timer is due again at its original ``due_at``, with ``attempts`` 0 and no
@@ -32,11 +35,11 @@ def requeue_dead_lettered(ids: Iterable[int] | None = None, *, user: Any = None)
     (``bsft_saga.deadline``), requeued past its due time, fires at the next pass and runs
     ``on_expired``: from a ``user`` without ``DEADLINE_PERMISSION`` it is refused, as firing
     it now is. Each requeue is audited under ``user`` (``None``: code or a command). See
-    ``bsft_saga.delivery.requeue``.
+    ``bsft_saga.delivery.requeue``, also for ``progress``.
     """
     wanted = None if ids is None else [int(pk) for pk in ids]
     if may_move_deadline(user):
-        return requeue.requeue_dead_lettered(TIMERS, wanted, user=user)
+        return requeue.requeue_dead_lettered(TIMERS, wanted, user=user, progress=progress)
     deadlines = TIMERS.all_rows().filter(name=DEADLINE_TIMER_NAME).dead_lettered()
     if wanted is not None:
         deadlines = deadlines.filter(pk__in=wanted)
@@ -55,5 +58,5 @@ def requeue_dead_lettered(ids: Iterable[int] | None = None, *, user: Any = None)
         )
     else:
         rest = [pk for pk in wanted if pk not in held_back]
-    report = requeue.requeue_dead_lettered(TIMERS, rest, user=user)
+    report = requeue.requeue_dead_lettered(TIMERS, rest, user=user, progress=progress)
     return RequeueReport(requeued=report.requeued, refused=[*held_back.items(), *report.refused])

@@ -8,6 +8,7 @@ from django.core.management.base import BaseCommand, CommandParser
 
 from bsft_saga.management import arguments
 from bsft_saga.management.printable import printable
+from bsft_saga.management.progress import progress_line
 from bsft_saga.models import SagaInstance
 from bsft_saga.retention import erase_saga_data
 
@@ -47,9 +48,14 @@ class Command(BaseCommand):
             "SAGA_TYPE", options["saga_type"], max_length=_MAX_LENGTHS["SAGA_TYPE"]
         )
         key = arguments.text("KEY", options["key"], max_length=_MAX_LENGTHS["KEY"])
-        report = erase_saga_data(
-            saga_type, key, include_active=options["include_active"], dry_run=options["dry_run"]
-        )
+        with progress_line(self, options, "instances") as progress:
+            report = erase_saga_data(
+                saga_type,
+                key,
+                include_active=options["include_active"],
+                dry_run=options["dry_run"],
+                progress=progress,
+            )
         if int(options["verbosity"]) >= 1:
             saga_type, key = printable(saga_type), printable(key)  # printed from here on
             for pk in report.kept_active:

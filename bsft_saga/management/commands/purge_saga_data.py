@@ -9,6 +9,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from bsft_saga import clock
 from bsft_saga.management import arguments
+from bsft_saga.management.progress import progress_line
 from bsft_saga.retention import (
     DEFAULT_BATCH_SIZE,
     FROM_SETTINGS,
@@ -26,7 +27,8 @@ class Command(BaseCommand):
         "and dead-lettered outbox rows; audit records (with an audit window); heartbeats of "
         "dispatchers that have not passed for a day. Active "
         "instances and their inbox rows, pending timers and undelivered outbox rows are "
-        "never deleted. Each option defaults to BSFT_SAGA['RETENTION']. The last line is "
+        "never deleted. Each option defaults to BSFT_SAGA['RETENTION']. On a terminal a "
+        "progress line shows the rows deleted so far, the rate and what remains. The last line is "
         "instances=N inbox=N journal=N timeouts=N outbox=N audit=N dispatchers=N."
     )
 
@@ -85,7 +87,10 @@ class Command(BaseCommand):
             )
         except WindowError as exc:
             raise CommandError(f"--{exc.argument.replace('_', '-')} {exc.problem}") from None
-        report = apply_policy(policy, dry_run=options["dry_run"], batch_size=batch_size)
+        with progress_line(self, options, "rows deleted") as progress:
+            report = apply_policy(
+                policy, dry_run=options["dry_run"], batch_size=batch_size, progress=progress
+            )
         if int(options["verbosity"]) >= 1:
             self._warn_if_short(now - policy.cutoff)
             self.stdout.write(_describe(policy, dry_run=options["dry_run"]))

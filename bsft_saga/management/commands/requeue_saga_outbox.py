@@ -9,6 +9,7 @@ from bsft_saga.delivery.requeue import RequeueReport
 from bsft_saga.management import arguments
 from bsft_saga.management.requeueing import RequeueCommand
 from bsft_saga.outbox import requeue_dead_lettered
+from bsft_saga.progress import Progress
 
 
 class Command(RequeueCommand):
@@ -26,5 +27,5 @@ class Command(RequeueCommand):
     def parse_ids(self, values: Iterable[Any]) -> list[Any]:
         return arguments.uuids("--id", values)
 
-    def requeue(self, ids: list[Any] | None) -> RequeueReport:
-        return requeue_dead_lettered(ids)
+    def requeue(self, ids: list[Any] | None, progress: Progress | None) -> RequeueReport:
+        return requeue_dead_lettered(ids, progress=progress)

@@ -8,6 +8,7 @@ from typing import Any
 from bsft_saga.delivery.requeue import RequeueReport
 from bsft_saga.management import arguments
 from bsft_saga.management.requeueing import RequeueCommand
+from bsft_saga.progress import Progress
 from bsft_saga.timeouts.maintenance import requeue_dead_lettered
 
 
@@ -26,5 +27,5 @@ class Command(RequeueCommand):
     def parse_ids(self, values: Iterable[Any]) -> list[Any]:
         return arguments.row_ids("--id", values)
 
-    def requeue(self, ids: list[Any] | None) -> RequeueReport:
-        return requeue_dead_lettered(ids)
+    def requeue(self, ids: list[Any] | None, progress: Progress | None) -> RequeueReport:
+        return requeue_dead_lettered(ids, progress=progress)
