@@ -13,6 +13,16 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 PYTEST_ARGS ?=
 
+# `make test` runs the SQLite and PostgreSQL suites under coverage.py (branch coverage of
+# bsft_saga and of the Python subprocesses the suite starts: [tool.coverage] in
+# pyproject.toml), then combines the two and fails below COVERAGE_FLOOR percent.
+# COVERAGE=1 measures test-sqlite or test-postgres on their own too (then `make coverage`
+# reports); `make test COVERAGE=` runs without it. test-fast never measures.
+COVERAGE ?=
+COVERAGE_FLOOR := 0
+export COVERAGE_FILE := $(CURDIR)/.coverage
+PYTEST = $(if $(COVERAGE),$(VENV)/bin/coverage run -m pytest,$(VENV)/bin/pytest)
+
 SQLITE_DATABASE_URL := sqlite:///$(CURDIR)/.test-db.sqlite3
 PG_HOST ?= 127.0.0.1
 PG_PORT ?= 5432
@@ -40,16 +50,18 @@ conn.close()
 endef
 export PG_CHECK
 
-.PHONY: help venv lint test test-fast test-sqlite test-postgres test-pgbouncer demo docs dist bench profile soak wheel clean distclean
+.PHONY: help venv lint test test-fast test-sqlite test-postgres test-pgbouncer test-model coverage coverage-erase demo docs dist bench profile soak wheel clean distclean
 
 help:
 	@echo "make demo           set up .venv, run the sample project's sagas on SQLite end to end"
-	@echo "make test           set up .venv, lint, the docs build, the suite on SQLite and on PostgreSQL"
+	@echo "make test           set up .venv, lint, the docs build, the suite on SQLite and on PostgreSQL, coverage"
 	@echo "make test-fast      ruff + mypy, the suite on SQLite without the tests marked slow (< 2 min)"
 	@echo "make lint           ruff check, ruff format --check, mypy"
 	@echo "make test-sqlite    the suite on SQLite   (PYTEST_ARGS='-k timers' to narrow)"
 	@echo "make test-postgres  the suite on PostgreSQL at $(PG_HOST):$(PG_PORT)"
 	@echo "make test-pgbouncer the dispatcher tests through a PgBouncer (transaction mode) it starts"
+	@echo "make coverage       combine and report what COVERAGE=1 runs measured; fails below $(COVERAGE_FLOOR)%"
+	@echo "make test-model     the model of the public API, much longer (MODEL_EXAMPLES=3000; DATABASE_URL=... for PostgreSQL)"
 	@echo "make bench          measure against hand-written Django on PostgreSQL (BENCH_SIZE=smoke: ~1 min)"
 	@echo "make profile        where a fired timer's and a start event's Python time goes (flame graphs)"
 	@echo "make soak           2 x 30 min of steady load on PostgreSQL: what drifts (BENCH_SOAK_MINUTES=1: ~3 min)"
@@ -75,13 +87,13 @@ lint: venv
 	$(VENV)/bin/mypy bsft_saga tests sample_project bench
 
 test-sqlite: venv
-	DATABASE_URL=$(SQLITE_DATABASE_URL) $(VENV)/bin/pytest $(PYTEST_ARGS)
+	DATABASE_URL=$(SQLITE_DATABASE_URL) $(PYTEST) $(PYTEST_ARGS)
 
 # Outside CI an unreachable PostgreSQL is reported and skipped; under CI=true it fails.
 test-postgres: venv
 	@if $(PY) -c "$$PG_CHECK"; then \
-	    echo "DATABASE_URL=$(PG_DATABASE_URL) $(VENV)/bin/pytest $(PYTEST_ARGS)"; \
-	    DATABASE_URL=$(PG_DATABASE_URL) $(VENV)/bin/pytest $(PYTEST_ARGS); \
+	    echo "DATABASE_URL=$(PG_DATABASE_URL) $(PYTEST) $(PYTEST_ARGS)"; \
+	    DATABASE_URL=$(PG_DATABASE_URL) $(PYTEST) $(PYTEST_ARGS); \
 	elif [ "$${CI:-}" = "true" ]; then \
 	    echo "ERROR: PostgreSQL unreachable at $(PG_HOST):$(PG_PORT) (user $(PG_USER)); CI requires it" >&2; \
 	    exit 1; \
@@ -107,11 +119,29 @@ test-pgbouncer: venv
 	fi; \
 	echo "SKIPPED: PgBouncer run — $$reason; fix that and run 'make test-pgbouncer'"
 
-test: venv lint docs test-sqlite test-postgres test-pgbouncer
+test: COVERAGE = 1
+test: venv lint docs coverage-erase test-sqlite test-postgres test-pgbouncer coverage
+
+# The data of the runs before is dropped first: a figure only counts this run's tests.
+coverage-erase: venv
+	$(VENV)/bin/coverage erase
+
+# One data file per process (the suites and their subprocesses), combined into .coverage.
+coverage: venv
+	$(VENV)/bin/coverage combine --quiet
+	$(VENV)/bin/coverage report --fail-under=$(COVERAGE_FLOOR)
 
 # The quick loop while working: everything but the subprocess, load and worker tests.
 test-fast: venv lint
 	DATABASE_URL=$(SQLITE_DATABASE_URL) $(VENV)/bin/pytest -m "not slow" $(PYTEST_ARGS)
+
+# The stateful model of the public API (tests/model/) with many more examples than the
+# suite runs: about 3,000 by default (MODEL_EXAMPLES to change it), on SQLite unless
+# DATABASE_URL says otherwise. No pytest-timeout: it runs for as long as it takes.
+MODEL_EXAMPLES ?= 3000
+test-model: venv
+	DATABASE_URL=$${DATABASE_URL:-$(SQLITE_DATABASE_URL)} HYPOTHESIS_PROFILE=model-long \
+	    MODEL_EXAMPLES=$(MODEL_EXAMPLES) $(VENV)/bin/pytest tests/model -s -o timeout=0 $(PYTEST_ARGS)
 
 # --strict: a broken link or anchor, or an API reference that no longer resolves, fails.
 docs: venv
@@ -172,7 +202,7 @@ dist: venv
 
 clean:
 	rm -rf build dist site *.egg-info .mypy_cache .ruff_cache .pytest_cache .hypothesis
-	rm -f .test-db.sqlite3 $(DEMO_DB)
+	rm -f .test-db.sqlite3 $(DEMO_DB) .coverage .coverage.*
 	find . -path ./$(VENV) -prune -o -name __pycache__ -type d -prune -exec rm -rf {} +
 
 distclean: clean

@@ -19,6 +19,7 @@ class TestAppConfig(AppConfig):
             kept_flows,
             load_flows,
             loop_flows,
+            model_flows,
             ops_flows,
             parcel_flows,
             timer_flows,
@@ -35,4 +36,5 @@ class TestAppConfig(AppConfig):
             *branch_flows.FLOWS,
             *loop_flows.FLOWS,
             *kept_flows.FLOWS,
+            *model_flows.FLOWS,
         ]
