@@ -27,6 +27,7 @@ CHAIN = "tests.model.chain"
 TIMED = "tests.model.timed"
 DEADLINE = "bsft_saga.deadline"
 KEEP_EARLY_FOR = timedelta(days=1)  # the default of ENGINE.KEEP_EARLY_FOR
+MAX_KEPT = 3  # ENGINE.MAX_KEPT_EVENTS_PER_SAGA in the suite (per saga, or per key before it)
 
 #: The chain flow's steps: 0 start, 1 gate, 2 and 3 take an item (both keep it early).
 CHAIN_DONE = 4
@@ -199,7 +200,9 @@ class Model:
         if saga is None:
             if sent.kind == "item" and RULES["kept_before_start"]:
                 rows = self.pre_kept.setdefault(sent.key, [])
-                if any(k.message_id == sent.message_id for k in rows):
+                if len(rows) >= MAX_KEPT:
+                    self._ignore(flow, "kept_limit")
+                elif any(k.message_id == sent.message_id for k in rows):
                     self._ignore(flow, "duplicate")
                 else:
                     rows.append(Kept(self.seq(), sent.message_id, sent.n, 2, self.now))
@@ -241,7 +244,9 @@ class Model:
             self._advance(saga, sent.message_id, via)
         else:  # item
             if saga.step == 1:  # kept for step 2
-                if any(k.message_id == sent.message_id for k in saga.kept):
+                if len(saga.kept) >= MAX_KEPT:
+                    self._ignore(CHAIN, "kept_limit")  # never an error for the publisher
+                elif any(k.message_id == sent.message_id for k in saga.kept):
                     self._ignore(CHAIN, "duplicate")
                 else:
                     saga.kept.append(Kept(self.seq(), sent.message_id, sent.n, 2, self.now))

@@ -52,7 +52,7 @@ from bsft_saga.telemetry import IGNORED_REASONS
 from bsft_saga.timeouts.expedite import fire_now
 from bsft_saga.timeouts.levers import cancel_timers, reschedule_timer
 from bsft_saga.timeouts.maintenance import requeue_dead_lettered
-from tests.model.model import CHAIN, RULES, TIMED, Delayed, Model, Saga, Sent, Timer
+from tests.model.model import CHAIN, MAX_KEPT, RULES, TIMED, Delayed, Model, Saga, Sent, Timer
 from tests.support import telemetry as telemetry_support
 from tests.testapp import model_flows
 from tests.testapp.model_events import (
@@ -161,8 +161,10 @@ class ApiMachine(RuleBasedStateMachine):
         self.clock = self.freezer.start()
         timeouts = dict(django_settings.BSFT_SAGA.get("TIMEOUTS", {}))
         timeouts["MAX_DISPATCH_ATTEMPTS"] = 1  # a failure gives a row up at once
+        engine = dict(django_settings.BSFT_SAGA.get("ENGINE", {}))
+        engine["MAX_KEPT_EVENTS_PER_SAGA"] = MAX_KEPT  # so that the limit is reached
         self.overridden = override_settings(
-            BSFT_SAGA={**django_settings.BSFT_SAGA, "TIMEOUTS": timeouts}
+            BSFT_SAGA={**django_settings.BSFT_SAGA, "TIMEOUTS": timeouts, "ENGINE": engine}
         )
         self.overridden.enable()
         self.narrowed = activation.only([CHAIN, TIMED])
