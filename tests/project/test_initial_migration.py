@@ -1,0 +1,80 @@
+"""bsft_saga ships one initial migration, squashed from the migrations written before the
+first release: run from nothing, it creates the schema they did.
+
+``tests/project/schema/<vendor>.json`` is that schema as the earlier migrations created it
+(read back with ``tests.support.schema``, applied one after the other on an empty database),
+taken before they were replaced. Columns, types, nullability, defaults, every index with its
+partial condition or expression, every constraint and foreign key are compared.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from django.db import connection
+
+from tests.conftest import ROOT, database_url_of
+
+SNAPSHOTS = Path(__file__).parent / "schema"
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def empty_database(tmp_path: Path) -> Iterator[str]:
+    """The DATABASE_URL of a database with nothing in it, on the backend of this run."""
+    if connection.vendor == "sqlite":
+        yield f"sqlite:///{tmp_path / 'empty.sqlite3'}"
+        return
+    name = f"bsft_saga_empty_{uuid.uuid4().hex[:12]}"
+    with connection.cursor() as cursor:
+        cursor.execute(f'CREATE DATABASE "{name}"')
+    try:
+        yield database_url_of({**connection.settings_dict, "NAME": name})
+    finally:
+        with connection.cursor() as cursor:
+            cursor.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@pytest.mark.slow
+def test_the_initial_migration_creates_the_schema_of_the_migrations_it_replaced(
+    empty_database: str,
+) -> None:
+    snapshot = SNAPSHOTS / f"{connection.vendor}.json"
+    if not snapshot.exists():
+        pytest.skip(f"no schema snapshot for {connection.vendor}")
+    env = {
+        "DATABASE_URL": empty_database,
+        "DJANGO_SETTINGS_MODULE": "tests.settings",
+        "PYTHONPATH": str(ROOT),
+        "PATH": "/usr/bin:/bin",
+    }
+
+    migrated = subprocess.run(
+        [sys.executable, "-m", "tests.support.schema"],
+        env=env,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+
+    assert migrated.returncode == 0, migrated.stderr
+    schema: dict[str, Any] = json.loads(migrated.stdout)
+    expected: dict[str, Any] = json.loads(snapshot.read_text())
+    assert sorted(schema) == sorted(expected)
+    for table, parts in expected.items():
+        assert schema[table] == parts, table
+
+
+def test_bsft_saga_has_one_migration() -> None:
+    migrations = sorted(p.name for p in (ROOT / "bsft_saga" / "migrations").glob("0*.py"))
+    assert migrations == ["0001_initial.py"]
