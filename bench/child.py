@@ -102,7 +102,7 @@ def dispatch(args: argparse.Namespace) -> dict[str, Any]:
     if args.mode == "raw":
         raw = RawBatch.for_models()
         raw_connection = psycopg.connect(os.environ["DATABASE_URL"], autocommit=True)
-        raw_batch = args.batch_size or saga_settings.timeouts.batch_size
+        raw_batch = args.batch_size or saga_settings.delivery.batch_size
     rss_ready = max_rss_kb(), current_rss_kb()
     args.ready_file.touch()
     while not args.go_file.exists():
@@ -180,7 +180,7 @@ def poll(args: argparse.Namespace) -> int:
     workloads.write_due_reminders(args.rows, not_due_after=args.due)
     workloads.check_due_reminders(args.rows, due=args.due)
     database.vacuum_analyze()
-    lease = saga_settings.timeouts.claim_lease
+    lease = saga_settings.delivery.claim_lease
     print(json.dumps({"ready": True, "rows": args.rows, "due": args.due}), flush=True)
 
     for line in sys.stdin:

@@ -43,8 +43,8 @@ def main() -> int:
     from bsft_saga.conf import saga_settings
 
     call_command("migrate", verbosity=0)
-    timeouts = saga_settings.timeouts
-    batch_size = config.batch_size or timeouts.batch_size
+    delivery = saga_settings.delivery
+    batch_size = config.batch_size or delivery.batch_size
     print(
         f"make bench: {config.size} size, {config.sizes}, database {config.database}",
         file=sys.stderr,
@@ -81,8 +81,8 @@ def main() -> int:
         facts={
             "batch_size": batch_size,
             "library_settings": {
-                "catch_up_policy": timeouts.catch_up_policy,
-                "claim_lease_s": timeouts.claim_lease.total_seconds(),
+                "catch_up_policy": saga_settings.timers.catch_up_policy,
+                "claim_lease_s": delivery.claim_lease.total_seconds(),
             },
             "machine": {
                 **report.machine_facts(),

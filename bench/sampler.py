@@ -59,8 +59,8 @@ class Sampler:
     def __init__(self, processes: Mapping[str, int], began: datetime) -> None:
         self.processes = dict(processes)  # name -> pid
         self.since = began  # the lateness window of the next sample starts here
-        self.batch_size = saga_settings.timeouts.batch_size
-        self.lease = saga_settings.timeouts.claim_lease
+        self.batch_size = saga_settings.delivery.batch_size
+        self.lease = saga_settings.delivery.claim_lease
 
     def take(self, t_s: float) -> dict[str, Any]:
         """One sample, ``t_s`` seconds into the phase."""

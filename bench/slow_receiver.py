@@ -76,7 +76,7 @@ def kill_once(config: Config, workdir: Path, n: int) -> dict[str, Any]:
     batch = ["--batch-size", str(config.batch_size)] if config.batch_size else []
     env = {
         **child_environment(config.database_url()),
-        "BSFT_SAGA_TIMEOUTS_JSON": json.dumps({"CLAIM_LEASE": KILL_LEASE_S}),
+        "BSFT_SAGA_DELIVERY_JSON": json.dumps({"CLAIM_LEASE": KILL_LEASE_S}),
     }
     with Children(workdir, env) as children:
         first = children.spawn("mailer-killed", "drain", *batch, *_mailing(mails))

@@ -14,7 +14,7 @@ dispatcher's memory growing.
 schedules a reminder 2 to 10 s ahead, and the step that reminder wakes completes the saga.
 So the pending set stays about ``rate x 6 s`` timers while every table churns. **Two
 dispatchers** run the real ``python -m django drain_saga_timeouts --loop`` with
-``POLL_INTERVAL`` 1 s (``BSFT_SAGA_TIMEOUTS_JSON``), stopped with SIGTERM at the end.
+``POLL_INTERVAL`` 1 s (``BSFT_SAGA_DELIVERY_JSON``), stopped with SIGTERM at the end.
 
 **Two phases**, each in a freshly created database, with fresh children:
 
@@ -72,7 +72,7 @@ def main() -> int:
     began = clock()
     os.environ["DJANGO_SETTINGS_MODULE"] = "tests.settings"
     os.environ["DATABASE_URL"] = config.database_url("bsft-soak-sampler")
-    os.environ["BSFT_SAGA_TIMEOUTS_JSON"] = f'{{"POLL_INTERVAL": {config.poll_interval_s}}}'
+    os.environ["BSFT_SAGA_DELIVERY_JSON"] = f'{{"POLL_INTERVAL": {config.poll_interval_s}}}'
     import django
 
     django.setup()
@@ -82,7 +82,7 @@ def main() -> int:
     from bsft_saga.conf import saga_settings
 
     fresh_database(config)
-    timeouts = saga_settings.timeouts
+    delivery = saga_settings.delivery
     print(
         f"make soak: {config.size}, {config.minutes:g} min a phase at {config.rate:g} events/s, "
         f"database {config.database}",
@@ -93,9 +93,9 @@ def main() -> int:
         "postgresql": {**database.server_facts(), **sampler.settings_facts()},
         "django": django.get_version(),
         "library_settings": {
-            "poll_interval_s": timeouts.poll_interval.total_seconds(),
-            "batch_size": timeouts.batch_size,
-            "claim_lease_s": timeouts.claim_lease.total_seconds(),
+            "poll_interval_s": delivery.poll_interval.total_seconds(),
+            "batch_size": delivery.batch_size,
+            "claim_lease_s": delivery.claim_lease.total_seconds(),
         },
     }
     phases = {}

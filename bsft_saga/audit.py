@@ -99,7 +99,7 @@ def record_action(action: str, *, user: Any, saga: Any) -> None:
 
 def get_audit_recorder() -> AuditRecorder | None:
     """Build the configured recorder; ``None`` when ``AUDIT_RECORDER`` is ``None``."""
-    path = saga_settings.api["AUDIT_RECORDER"]
+    path = saga_settings.api.audit_recorder
     if path is None:
         return None
     try:

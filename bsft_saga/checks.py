@@ -8,7 +8,7 @@ from django.conf import settings
 from django.core.checks import CheckMessage, Error, Tags, Warning, register
 from django.db import connections, router
 
-from bsft_saga.conf import SETTING_NAME, validate
+from bsft_saga.conf import SETTING_NAME, moved_keys, setting_of, validate
 
 
 @register(Tags.compatibility)
@@ -31,6 +31,24 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]
             )
         )
     return messages
+
+
+@register(Tags.compatibility)
+def check_moved_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
+    """W003: a key that moved from ``TIMEOUTS`` to ``DELIVERY`` (it governs the outbox as
+    well as the timers) is still read from its old place, but only for one more release:
+    the release after would reject it as an unknown option."""
+    return [
+        Warning(
+            f"{setting_of('TIMEOUTS', key)} has moved to {setting_of('DELIVERY', key)}: it "
+            "governs outbox rows as well as timers.",
+            hint=f"Move it to {setting_of('DELIVERY', key)}; its old place is read for one "
+            "more release. See docs/configuration.md.",
+            obj=SETTING_NAME,
+            id="bsft_saga.W003",
+        )
+        for key in moved_keys(getattr(settings, SETTING_NAME, None))
+    ]
 
 
 @register(Tags.compatibility)
@@ -167,7 +185,7 @@ def check_audit_recorder(app_configs: Any = None, **kwargs: Any) -> list[CheckMe
     from bsft_saga.audit import get_audit_recorder
     from bsft_saga.conf import saga_settings
 
-    if not saga_settings.api["READ_CONTENT_PERMISSION"]:
+    if not saga_settings.api.read_content_permission:
         return []
     try:
         recorder = get_audit_recorder()

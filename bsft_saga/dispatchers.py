@@ -48,7 +48,7 @@ LISTED = 50
 
 def stale_after() -> timedelta:
     """``TIMEOUTS["STALE_AFTER"]``, resolved: a dispatcher whose last pass is older is stale."""
-    return saga_settings.timeouts.stale_after
+    return saga_settings.delivery.stale_after
 
 
 @dataclass(frozen=True)

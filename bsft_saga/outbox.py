@@ -184,7 +184,7 @@ def deliver_pending(
     *, batch_size: int | None = None, now: datetime | None = None
 ) -> DeliveryReport:
     """Deliver a batch of outbox rows nobody holds: lost or failed earlier deliveries."""
-    limit = batch_size or saga_settings.timeouts.batch_size
+    limit = batch_size or saga_settings.delivery.batch_size
     return run_pass(OUTBOX, limit=limit, now=now)
 
 

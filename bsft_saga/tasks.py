@@ -61,7 +61,7 @@ def drain_saga_timeouts(self: Task) -> dict[str, int]:
     from bsft_saga.outbox import DeliveryReport
     from bsft_saga.timeouts.dispatcher import DrainReport
 
-    budget = saga_settings.timeouts.poll_interval.total_seconds()
+    budget = saga_settings.delivery.poll_interval.total_seconds()
     started = time.monotonic()
     total, deliveries = DrainReport(), DeliveryReport()
     in_a_worker = not (self.request.called_directly or self.request.is_eager)

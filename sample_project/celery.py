@@ -33,7 +33,7 @@ app.set_default()
 
 @app.on_after_configure.connect
 def schedule_drain(sender: Celery, **kwargs: Any) -> None:
-    """Run ``drain_saga_timeouts`` every ``BSFT_SAGA["TIMEOUTS"]["POLL_INTERVAL"]``.
+    """Run ``drain_saga_timeouts`` every ``BSFT_SAGA["DELIVERY"]["POLL_INTERVAL"]``.
 
     Connected to ``on_after_configure`` because the interval comes from Django settings,
     which cannot be read while this module is imported from ``settings.py``'s package.
@@ -43,7 +43,7 @@ def schedule_drain(sender: Celery, **kwargs: Any) -> None:
 
     entry = {
         "task": "bsft_saga.tasks.drain_saga_timeouts",
-        "schedule": saga_settings.timeouts.poll_interval,
+        "schedule": saga_settings.delivery.poll_interval,
     }
     # A new dict: Celery's default beat_schedule is one shared object.
     sender.conf.beat_schedule = {DRAIN_ENTRY: entry, **(sender.conf.beat_schedule or {})}

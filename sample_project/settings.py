@@ -85,7 +85,7 @@ USE_TZ = True  # bsft_saga requires it (system check bsft_saga.E002)
 STATIC_URL = "static/"
 
 BSFT_SAGA = {
-    "TIMEOUTS": {"POLL_INTERVAL": 5},
+    "DELIVERY": {"POLL_INTERVAL": 5},
     "CALENDARS": {
         "berlin": {
             "BACKEND": "bsft_saga.calendars.WeekdayBusinessCalendar",

@@ -80,7 +80,7 @@ elif DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
 
 BSFT_SAGA = {
     # Subprocess tests tune the dispatcher (e.g. a short CLAIM_LEASE) through the environment.
-    "TIMEOUTS": {"POLL_INTERVAL": 1, **json.loads(os.environ.get("BSFT_SAGA_TIMEOUTS_JSON", "{}"))},
+    "DELIVERY": {"POLL_INTERVAL": 1, **json.loads(os.environ.get("BSFT_SAGA_DELIVERY_JSON", "{}"))},
     "CALENDARS": {
         "berlin": {
             "BACKEND": "bsft_saga.calendars.WeekdayBusinessCalendar",

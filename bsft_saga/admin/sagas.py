@@ -78,7 +78,7 @@ CONTENT_PERMISSION_FALLBACK = "bsft_saga.read_saga_content"
 
 def can_read_content(request: HttpRequest) -> bool:
     """Whether the user may see saga state, payloads and error messages."""
-    permission = saga_settings.api["READ_CONTENT_PERMISSION"] or CONTENT_PERMISSION_FALLBACK
+    permission = saga_settings.api.read_content_permission or CONTENT_PERMISSION_FALLBACK
     return bool(request.user.has_perm(permission))
 
 

@@ -21,6 +21,6 @@ class CanViewSagas(BasePermission):
 
 class CanReadSagaContent(BasePermission):
     def has_permission(self, request: Request, view: Any) -> bool:
-        permission = saga_settings.api["READ_CONTENT_PERMISSION"]
+        permission = saga_settings.api.read_content_permission
         user = request.user
         return bool(permission and user and user.is_authenticated and user.has_perm(permission))

@@ -84,7 +84,7 @@ class SagaInstanceViewSet(ReadOnlyModelViewSet[SagaInstance]):
 
     def initial(self, request: Request, *args: Any, **kwargs: Any) -> None:
         # Before authentication and permissions, so that everyone gets the same 404.
-        if self.action in CONTENT_ACTIONS and not saga_settings.api["READ_CONTENT_PERMISSION"]:
+        if self.action in CONTENT_ACTIONS and not saga_settings.api.read_content_permission:
             raise Http404("Reading saga content is not enabled.")
         super().initial(request, *args, **kwargs)
 

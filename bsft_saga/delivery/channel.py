@@ -18,7 +18,7 @@ from bsft_saga.models import DeliveryRow, JournalKind, SagaJournalEntry
 from bsft_saga.querysets import DeliveryQuerySet
 
 if TYPE_CHECKING:
-    from bsft_saga.conf import TimeoutSettings
+    from bsft_saga.conf import DeliverySettings
 
 R = TypeVar("R", bound=DeliveryRow)
 
@@ -95,7 +95,7 @@ class Channel(ABC, Generic[R]):
         return None
 
     def sort_out(
-        self, rows: list[R], token: Any, config: TimeoutSettings, now: datetime
+        self, rows: list[R], token: Any, config: DeliverySettings, now: datetime
     ) -> Sorted[R]:
         """Retire claimed rows that are not to be delivered (the timers' catch-up policy)."""
         return Sorted(rows)

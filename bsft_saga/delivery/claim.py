@@ -102,7 +102,7 @@ def claim(
     (:mod:`~bsft_saga.delivery.heartbeat`).
     """
     if max_attempts is None:
-        max_attempts = saga_settings.timeouts.max_dispatch_attempts
+        max_attempts = saga_settings.delivery.max_dispatch_attempts
     candidates = channel.claimable(now)
     if only is not None:
         candidates = candidates.filter(pk__in=list(only))

@@ -10,7 +10,7 @@ from typing import Any
 from django.db import DatabaseError, connection, transaction
 
 from bsft_saga import clock
-from bsft_saga.conf import TimeoutSettings
+from bsft_saga.conf import DeliverySettings
 from bsft_saga.delivery.backoff import retry_delay
 from bsft_saga.delivery.channel import Channel, R
 from bsft_saga.delivery.report import Outcome
@@ -88,7 +88,7 @@ def record_failure(
     row: R,
     token: uuid.UUID,
     reason: str,
-    config: TimeoutSettings,
+    config: DeliverySettings,
 ) -> Outcome:
     """Count a failed attempt of ``row``: retry after the back-off, or dead-letter it.
 

@@ -41,7 +41,7 @@ from typing import Any, Generic
 from django.db import connection, transaction
 
 from bsft_saga import clock, telemetry
-from bsft_saga.conf import TimeoutSettings, saga_settings
+from bsft_saga.conf import DeliverySettings, saga_settings
 from bsft_saga.delivery import heartbeat, recovery
 from bsft_saga.delivery.channel import Channel, R
 from bsft_saga.delivery.claim import claim
@@ -98,7 +98,7 @@ def _claim_and_deliver(
     moment: datetime,
     wanted: list[Any] | None,
 ) -> DeliveryReport:
-    config = saga_settings.timeouts
+    config = saga_settings.delivery
     recovered = recovery.give_back(channel) if recovery.waiting(channel) else recovery.GivenBack()
     token = uuid.uuid4()
     with recovery.guarding(channel, token) as guard:
@@ -158,7 +158,7 @@ def deliver_claimed(
     receivers keeps its rows, and a pass that stalled past its lease publishes nothing it
     no longer holds.
     """
-    delivery = _Pass(channel, token, saga_settings.timeouts, guard or recovery.Guard())
+    delivery = _Pass(channel, token, saga_settings.delivery, guard or recovery.Guard())
     delivery.stale = check_first
     delivery.known = dict(known or {})
     return delivery.run(rows)
@@ -176,7 +176,7 @@ class _Pass(Generic[R]):
         self,
         channel: Channel[R],
         token: uuid.UUID,
-        config: TimeoutSettings,
+        config: DeliverySettings,
         guard: recovery.Guard,
     ) -> None:
         self.channel = channel
@@ -363,7 +363,7 @@ class _Pass(Generic[R]):
     def _deliver_again(self, row: R) -> None:
         """Queue ``row`` again after its window lost a race, up to the engine's retry limit."""
         conflicts = self.conflicts.get(row.pk, 0) + 1
-        if conflicts > saga_settings.max_conflict_retries:
+        if conflicts > saga_settings.engine.max_conflict_retries:
             error = SagaConcurrencyError(
                 f"{self.channel.describe(row)} lost the optimistic-concurrency race "
                 f"{conflicts} times; raise BSFT_SAGA['ENGINE']['MAX_CONFLICT_RETRIES'] or "

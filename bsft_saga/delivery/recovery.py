@@ -161,6 +161,6 @@ def _held(channel: Channel[Any], token: uuid.UUID) -> DeliveryQuerySet[Any]:
 def _charge(channel: Channel[Any], orphan: _Orphan) -> None:
     suspect = channel.load(_held(channel, orphan.token).filter(pk=orphan.suspect)).first()
     if suspect is not None:
-        config = saga_settings.timeouts
+        config = saga_settings.delivery
         record_failure(channel, suspect, suspect.claim_token, orphan.reason, config)
         logger.warning("bsft_saga: %s charged: %s", channel.describe(suspect), orphan.reason)

@@ -97,7 +97,7 @@ class SagaContext(Generic[S]):
         where = f"ctx.publish({event_type})"
         check_publishable(event_type, where)
         when = delivery_time(deliver_at, delay, now=self.now, where=where)
-        limit = saga_settings.step_limits.max_events
+        limit = saga_settings.engine.max_events_per_step
         if len(self.effects.outbox) >= limit:
             raise ValueError(
                 f"{where}: a step publishes at most {limit} events "
@@ -158,7 +158,7 @@ class SagaContext(Generic[S]):
             raise ValueError(
                 f"schedule_timeout({name!r}): scope must be 'step' or 'saga', not {scope!r}"
             )
-        limit = saga_settings.step_limits.max_timers
+        limit = saga_settings.engine.max_timers_per_step
         if self._timers_asked >= limit:
             raise ValueError(
                 f"schedule_timeout({name!r}): a step schedules at most {limit} timers "

@@ -143,7 +143,7 @@ def _apply(
     plan: Callable[[], _Planned],
 ) -> None:
     """Plan against the current row, run, commit; re-plan after losing a version race."""
-    retries = saga_settings.max_conflict_retries
+    retries = saga_settings.engine.max_conflict_retries
     key = ""
     for attempt in range(retries + 1):
         planned = _fresh(flow, envelope, plan)
@@ -304,7 +304,7 @@ def _keep(flow: FlowDefinition, keeping: _Keep | _KeepForKey, envelope: Envelope
             flow.flow_name,
             flow.saga_type,
             key,
-            saga_settings.max_kept_events_per_saga,
+            saga_settings.engine.max_kept_events_per_saga,
         )
         return
     logger.debug(
@@ -375,7 +375,7 @@ def _apply_next(flow: FlowDefinition, saga_id: uuid.UUID) -> _Attempt:
     except Exception as exc:
         if lost_the_connection(exc):
             raise
-        config = saga_settings.timeouts
+        config = saga_settings.delivery
         logger.exception(
             "bsft_saga: applying %s to %s saga %s failed (attempt %s of %s)",
             kept.KEPT.describe(row),

@@ -77,7 +77,7 @@ def _describe(instance: SagaInstance) -> str:
 
 def _terminate_one(pk: uuid.UUID, reason: str, user: Any) -> str | None:
     """Terminate one instance; return why not, or ``None`` once it is done."""
-    attempts = saga_settings.max_conflict_retries + 1
+    attempts = saga_settings.engine.max_conflict_retries + 1
     for _attempt in range(attempts):
         instance = SagaInstance.objects.filter(pk=pk).first()
         if instance is None:

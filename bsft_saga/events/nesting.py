@@ -39,6 +39,6 @@ def check(where: str, event_type: str) -> None:
     from bsft_saga.exceptions import PublishDepthExceeded
 
     current = _depth.get()
-    limit = saga_settings.max_publish_depth
+    limit = saga_settings.engine.max_publish_depth
     if current > limit:
         raise PublishDepthExceeded(where, event_type, current, limit)

@@ -30,8 +30,8 @@ KEPT_FOR = timedelta(days=1)
 def kept_for() -> timedelta:
     """:data:`KEPT_FOR`, or ``STALE_AFTER`` or ``CLAIM_LEASE`` if either is longer: a row is
     pruned only once it is stale and no lease it took can still hold a row."""
-    timeouts = saga_settings.timeouts
-    return max(KEPT_FOR, timeouts.stale_after, timeouts.claim_lease)
+    delivery = saga_settings.delivery
+    return max(KEPT_FOR, delivery.stale_after, delivery.claim_lease)
 
 
 def dead_dispatchers(now: datetime | None = None) -> QuerySet[SagaDispatcher]:
@@ -41,7 +41,7 @@ def dead_dispatchers(now: datetime | None = None) -> QuerySet[SagaDispatcher]:
     A moment that cannot be read back (out of range, written by hand) is one or the other,
     also on SQLite, where it compares as text."""
     moment = now or clock.now()
-    cutoff, horizon = moment - kept_for(), moment + saga_settings.timeouts.stale_after
+    cutoff, horizon = moment - kept_for(), moment + saga_settings.delivery.stale_after
     return SagaDispatcher.objects.filter(
         Q(last_pass_at__lt=cutoff)
         | Q(last_pass_at__gt=horizon)

@@ -78,7 +78,7 @@ def minimum_safe_window() -> timedelta:
     redeliveries take hours rather than days: a finished instance purged sooner than this
     lets a redelivered start event start its saga again.
     """
-    return max(saga_settings.timeouts.max_catch_up_age, MINIMUM_SAFE_WINDOW)
+    return max(saga_settings.timers.max_catch_up_age, MINIMUM_SAFE_WINDOW)
 
 
 class WindowError(ValueError):

@@ -6,12 +6,12 @@ from datetime import datetime
 
 from django.db.models import Max
 
-from bsft_saga.conf import TimeoutSettings
+from bsft_saga.conf import TimerSettings
 from bsft_saga.models import SagaTimeout
 from bsft_saga.timeouts.requests import RESERVED_PREFIX
 
 
-def select_missed(claimed: list[SagaTimeout], config: TimeoutSettings, now: datetime) -> set[int]:
+def select_missed(claimed: list[SagaTimeout], config: TimerSettings, now: datetime) -> set[int]:
     """Return the ids of ``claimed`` rows the configured policy discards.
 
     - ``fire_all``: none; the backlog is replayed oldest first.

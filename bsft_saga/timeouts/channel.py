@@ -13,7 +13,7 @@ from django.db import transaction
 from django.db.models import F, QuerySet
 
 from bsft_saga import clock, journal, telemetry
-from bsft_saga.conf import TimeoutSettings
+from bsft_saga.conf import DeliverySettings, saga_settings
 from bsft_saga.db import sql
 from bsft_saga.delivery.channel import Channel, Sorted
 from bsft_saga.engine import lookup
@@ -110,12 +110,12 @@ class TimerChannel(Channel[SagaTimeout]):
         return {timer_id: saga.known for timer_id, saga in sagas.items()}
 
     def sort_out(
-        self, rows: list[SagaTimeout], token: uuid.UUID, config: TimeoutSettings, now: datetime
+        self, rows: list[SagaTimeout], token: uuid.UUID, config: DeliverySettings, now: datetime
     ) -> Sorted[SagaTimeout]:
         """Retire the rows the catch-up policy discards as missed, in a commit of their own."""
         # The policy reads before the transaction opens: on SQLite a transaction that reads
         # first and writes later can be refused the write lock.
-        missed_ids = select_missed(rows, config, now)
+        missed_ids = select_missed(rows, saga_settings.timers, now)
         if not missed_ids:
             return Sorted(rows)
         with transaction.atomic():

@@ -81,5 +81,5 @@ def drain_due(*, batch_size: int | None = None, now: datetime | None = None) -> 
     counts, in ``fired``, rows whose commit turned out to have happened). A process killed
     outright leaves them to the lease.
     """
-    limit = batch_size or saga_settings.timeouts.batch_size
+    limit = batch_size or saga_settings.delivery.batch_size
     return DrainReport.of(run_pass(TIMERS, limit=limit, now=now))

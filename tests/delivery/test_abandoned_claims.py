@@ -52,12 +52,12 @@ pytestmark = pytest.mark.django_db
 def _abandon(channel: Channel[Any]) -> list[Any]:
     """Claim what a pass of ``channel`` would claim now, for a pass that then dies without a
     word; return the rows it took."""
-    lease = saga_settings.timeouts.claim_lease
+    lease = saga_settings.delivery.claim_lease
     return claim(channel, limit=100, token=uuid.uuid4(), now=timezone.now(), lease=lease).rows
 
 
 def _past_the_lease(frozen: FrozenDateTimeFactory) -> None:
-    frozen.tick(saga_settings.timeouts.claim_lease + timedelta(seconds=1))
+    frozen.tick(saga_settings.delivery.claim_lease + timedelta(seconds=1))
 
 
 def _start_counters(n: int) -> list[str]:
@@ -118,7 +118,7 @@ def test_a_batch_finished_in_part_before_its_pass_died_charges_none_of_its_other
 ) -> None:
     keys = _start_counters(4)
     token = uuid.uuid4()
-    lease = saga_settings.timeouts.claim_lease
+    lease = saga_settings.delivery.claim_lease
     rows = claim(TIMERS, limit=100, token=token, now=timezone.now(), lease=lease).rows
     # It committed its first group, then died in the second.
     assert deliver_claimed(TIMERS, rows[:2], token) == DeliveryReport(delivered=2)
@@ -153,7 +153,7 @@ def test_a_row_whose_claims_keep_running_out_is_dead_lettered_unpublished_and_co
     attributes = {"saga.type": CountingFlow.saga_type}
     before = otel.counter_value("bsft.saga.timeout.dead_lettered", **attributes)
     [key] = _start_counters(1)
-    with override_settings(BSFT_SAGA={"TIMEOUTS": {"MAX_DISPATCH_ATTEMPTS": 3}}):
+    with override_settings(BSFT_SAGA={"DELIVERY": {"MAX_DISPATCH_ATTEMPTS": 3}}):
         for _ in range(3):  # three passes die on it; each later claim counted one attempt
             _abandon(TIMERS)
             _past_the_lease(clock)
@@ -232,7 +232,7 @@ def test_an_abandoned_outbox_row_is_delivered_alone_then_given_up_at_the_limit(
     _past_the_lease(clock)
 
     # Its pass ran nothing else: the lost attempt counts, and is its last one.
-    with override_settings(BSFT_SAGA={"TIMEOUTS": {"MAX_DISPATCH_ATTEMPTS": 1}}):
+    with override_settings(BSFT_SAGA={"DELIVERY": {"MAX_DISPATCH_ATTEMPTS": 1}}):
         report = deliver_pending()
 
     assert (report.delivered, report.dead_lettered) == (0, 1)

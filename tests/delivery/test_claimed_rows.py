@@ -23,7 +23,7 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 def _claim_all() -> list[SagaTimeout]:
     token = uuid.uuid4()
-    lease = saga_settings.timeouts.claim_lease
+    lease = saga_settings.delivery.claim_lease
     return claim(TIMERS, limit=10, token=token, now=clock.now(), lease=lease).rows
 
 

@@ -214,7 +214,7 @@ def test_a_delayed_message_that_fails_backs_off_is_dead_lettered_and_requeued() 
     recorder = Recorder(Unrouted).connect()
     recorder.fail_with = ConnectionError("mail server down")
     try:
-        with override_settings(BSFT_SAGA={"TIMEOUTS": {"MAX_DISPATCH_ATTEMPTS": 2}}):
+        with override_settings(BSFT_SAGA={"DELIVERY": {"MAX_DISPATCH_ATTEMPTS": 2}}):
             with freeze_time(LATER):
                 assert deliver_pending().failed == 1
             row = _row(envelope.message_id)

@@ -84,7 +84,7 @@ def test_a_failed_timer_waits_for_its_retry_between_08_and_1_times_the_backoff(
 
 
 @override_settings(
-    BSFT_SAGA={"TIMEOUTS": {"RETRY_BACKOFF": timedelta(seconds=10), "MAX_RETRY_DELAY": 25}}
+    BSFT_SAGA={"DELIVERY": {"RETRY_BACKOFF": timedelta(seconds=10), "MAX_RETRY_DELAY": 25}}
 )
 def test_each_failure_doubles_the_wait_until_max_retry_delay(
     failing_mailer: Any, clock: FrozenDateTimeFactory
@@ -147,7 +147,7 @@ def test_a_receiver_that_recovers_within_the_backoff_costs_only_a_delay(
 def test_a_timer_dead_lettered_at_the_attempt_limit_has_no_next_attempt(
     failing_mailer: Any, clock: FrozenDateTimeFactory
 ) -> None:
-    with override_settings(BSFT_SAGA={"TIMEOUTS": {"MAX_DISPATCH_ATTEMPTS": 2}}):
+    with override_settings(BSFT_SAGA={"DELIVERY": {"MAX_DISPATCH_ATTEMPTS": 2}}):
         drain_due()
         retry_at = follow_up().next_attempt_at
         assert retry_at is not None
@@ -215,7 +215,7 @@ def test_an_outbox_row_dead_lettered_at_the_limit_is_counted(
 ) -> None:
     otel = telemetry_fixtures.install()
     before = otel.counter_value("bsft.saga.outbox.dead_lettered", **{"saga.type": ""})
-    with override_settings(BSFT_SAGA={"TIMEOUTS": {"MAX_DISPATCH_ATTEMPTS": 1}}):
+    with override_settings(BSFT_SAGA={"DELIVERY": {"MAX_DISPATCH_ATTEMPTS": 1}}):
         assert deliver_pending().dead_lettered == 1
 
     row = SagaOutboxMessage.objects.get()

@@ -145,7 +145,7 @@ def test_a_timer_whose_receiver_kills_its_session_is_charged_alone_and_dead_lett
 
     event_published.connect(mail, weak=False, dispatch_uid="tests.dispatch.killer")
     try:
-        with override_settings(BSFT_SAGA={"TIMEOUTS": {"MAX_DISPATCH_ATTEMPTS": 3}}):
+        with override_settings(BSFT_SAGA={"DELIVERY": {"MAX_DISPATCH_ATTEMPTS": 3}}):
             reports = [drain_due()]
             for _ in range(3):  # each retry after its back-off
                 clock.tick(timedelta(hours=2))
@@ -247,7 +247,7 @@ def test_a_dispatcher_killed_mid_batch_resends_only_its_last_commit_group(
     require_postgres_backend()
     keys = _invoices(40)
     log = tmp_path / "mails.log"
-    env = {**subprocess_env, "BSFT_SAGA_TIMEOUTS_JSON": json.dumps({"CLAIM_LEASE": 2})}
+    env = {**subprocess_env, "BSFT_SAGA_DELIVERY_JSON": json.dumps({"CLAIM_LEASE": 2})}
 
     with supervised(env, tmp_path) as children:
         first = _dispatcher(children, log, 0.05, "first")
@@ -274,7 +274,7 @@ def test_slow_receivers_fire_under_an_idle_in_transaction_timeout(
     keys = _invoices(3)
     log = tmp_path / "mails.log"
     database = connection.ops.quote_name(connection.settings_dict["NAME"])
-    with connection.cursor() as cursor:  # as docs/operations.md recommends, only shorter
+    with connection.cursor() as cursor:  # as docs/operations/postgresql.md recommends, only shorter
         cursor.execute(f"ALTER DATABASE {database} SET idle_in_transaction_session_timeout = '1s'")
     try:
         with supervised(subprocess_env, tmp_path) as children:

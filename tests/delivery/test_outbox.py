@@ -135,7 +135,7 @@ def test_a_failed_after_commit_delivery_does_not_fail_the_publisher_and_is_retri
 def test_a_row_that_keeps_failing_is_dead_lettered_at_max_dispatch_attempts() -> None:
     publish(OrderPlaced("o-1"))  # not delivered: this test's transaction never commits
     with (
-        override_settings(BSFT_SAGA={"TIMEOUTS": {"MAX_DISPATCH_ATTEMPTS": 2}}),
+        override_settings(BSFT_SAGA={"DELIVERY": {"MAX_DISPATCH_ATTEMPTS": 2}}),
         receiving(ReserveStock, fail=True) as received,
     ):
         assert deliver_pending().failed == 1

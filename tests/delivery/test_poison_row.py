@@ -31,8 +31,8 @@ POISON_TYPE = "tests.ops.renamed-in-a-later-release"
 
 @pytest.fixture
 def dispatcher_limits() -> Iterator[None]:
-    timeouts = {**settings.BSFT_SAGA["TIMEOUTS"], "BATCH_SIZE": 1000, "MAX_DISPATCH_ATTEMPTS": 3}
-    with override_settings(BSFT_SAGA={**settings.BSFT_SAGA, "TIMEOUTS": timeouts}):
+    delivery = {**settings.BSFT_SAGA["DELIVERY"], "BATCH_SIZE": 1000, "MAX_DISPATCH_ATTEMPTS": 3}
+    with override_settings(BSFT_SAGA={**settings.BSFT_SAGA, "DELIVERY": delivery}):
         yield
 
 

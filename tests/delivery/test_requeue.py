@@ -129,7 +129,7 @@ def test_a_refused_stale_timer_cannot_wake_the_later_step(
     due.fail_with = RuntimeError("mail server down")
     publish(ProbeStarted("p-1", action(schedule_probe_due("remind", timedelta(hours=1)))))
     clock.tick(timedelta(hours=1))
-    with override_settings(BSFT_SAGA={"TIMEOUTS": {"MAX_DISPATCH_ATTEMPTS": 1}}):
+    with override_settings(BSFT_SAGA={"DELIVERY": {"MAX_DISPATCH_ATTEMPTS": 1}}):
         assert drain_due().dead_lettered == 1
     publish(ProbePoked("p-1"))  # the wait ends
     [stale] = timers_of(ProbeFlow, "p-1")
@@ -205,7 +205,7 @@ def dead_letter(record: Any) -> SagaOutboxMessage:
     receiver = record(Unrouted)
     receiver.fail_with = ConnectionError("warehouse unreachable")
     publish(Unrouted("hand-off"), defer=True)  # this test's transaction never commits
-    with override_settings(BSFT_SAGA={"TIMEOUTS": {"MAX_DISPATCH_ATTEMPTS": 1}}):
+    with override_settings(BSFT_SAGA={"DELIVERY": {"MAX_DISPATCH_ATTEMPTS": 1}}):
         assert deliver_pending().dead_lettered == 1
     receiver.fail_with = None
     return SagaOutboxMessage.objects.get()
@@ -280,7 +280,7 @@ def _dead_lettered_outbox(record: Any, event_class: type, act: Any) -> SagaOutbo
     receiver = record(event_class)
     receiver.fail_with = ConnectionError("mail server down")
     act()
-    with override_settings(BSFT_SAGA={"TIMEOUTS": {"MAX_DISPATCH_ATTEMPTS": 1}}):
+    with override_settings(BSFT_SAGA={"DELIVERY": {"MAX_DISPATCH_ATTEMPTS": 1}}):
         deliver_pending()
     receiver.fail_with = None
     row = SagaOutboxMessage.objects.get(event_type=event_type_of(event_class))

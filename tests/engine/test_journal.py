@@ -121,7 +121,7 @@ def test_a_timer_given_up_is_a_dead_lettered_entry(clock: FrozenDateTimeFactory)
     publish(QuoteSent("j-dead"))
     clock.tick(timedelta(days=2, seconds=1))
     with (
-        override_settings(BSFT_SAGA={"TIMEOUTS": {"MAX_DISPATCH_ATTEMPTS": 1}}),
+        override_settings(BSFT_SAGA={"DELIVERY": {"MAX_DISPATCH_ATTEMPTS": 1}}),
         receiving(QuoteFollowUpDue, fail=True),
     ):
         assert drain_due().dead_lettered == 1
@@ -153,7 +153,7 @@ def test_a_timer_the_catch_up_policy_discards_is_a_timer_missed_entry(
 
 def test_an_event_a_step_published_that_is_given_up_is_a_dead_lettered_entry() -> None:
     with (
-        override_settings(BSFT_SAGA={"TIMEOUTS": {"MAX_DISPATCH_ATTEMPTS": 1}}),
+        override_settings(BSFT_SAGA={"DELIVERY": {"MAX_DISPATCH_ATTEMPTS": 1}}),
         receiving(ReserveStock, fail=True),
     ):
         publish(OrderPlaced("j-stock"))  # its step publishes ReserveStock through the outbox

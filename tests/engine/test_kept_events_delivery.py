@@ -44,7 +44,7 @@ from tests.testapp.kept_flows import ChainFlow, InvoiceFlow
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
-RETRIES = {"TIMEOUTS": {"MAX_DISPATCH_ATTEMPTS": 3, "RETRY_BACKOFF": 10, "MAX_RETRY_DELAY": 60}}
+RETRIES = {"DELIVERY": {"MAX_DISPATCH_ATTEMPTS": 3, "RETRY_BACKOFF": 10, "MAX_RETRY_DELAY": 60}}
 
 
 @pytest.fixture
@@ -229,7 +229,7 @@ def test_a_failing_saga_takes_no_other_sagas_place_in_a_pass(
 
 def test_the_admin_lists_one_sagas_kept_events_and_requeues_them(failing: set[str]) -> None:
     failing.add("a-1")
-    with override_settings(BSFT_SAGA={"TIMEOUTS": {"MAX_DISPATCH_ATTEMPTS": 1}}):
+    with override_settings(BSFT_SAGA={"DELIVERY": {"MAX_DISPATCH_ATTEMPTS": 1}}):
         publish(Opened("a-1"))
         publish(Item("a-1", n=3, fail=True))
         publish(Gate("a-1"))
@@ -299,8 +299,8 @@ def test_an_early_event_beyond_the_limit_is_ignored_and_logged_never_an_error(
 
 
 def test_the_engine_settings_of_kept_events_are_validated() -> None:
-    assert saga_settings.max_kept_events_per_saga == 1000
-    assert saga_settings.keep_early_for == timedelta(days=1)
+    assert saga_settings.engine.max_kept_events_per_saga == 1000
+    assert saga_settings.engine.keep_early_for == timedelta(days=1)
     problems = validate({"ENGINE": {"MAX_KEPT_EVENTS_PER_SAGA": 0, "KEEP_EARLY_FOR": -5}})
     assert {p.path for p in problems} == {
         "ENGINE.MAX_KEPT_EVENTS_PER_SAGA",
@@ -310,7 +310,7 @@ def test_the_engine_settings_of_kept_events_are_validated() -> None:
         override_settings(BSFT_SAGA={"ENGINE": {"KEEP_EARLY_FOR": "a day"}}),
         pytest.raises(ImproperlyConfigured, match="KEEP_EARLY_FOR"),
     ):
-        saga_settings.keep_early_for  # noqa: B018
+        saga_settings.engine.keep_early_for  # noqa: B018
 
 
 # -- an event that arrives before its saga ---------------------------------------------------

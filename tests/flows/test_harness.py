@@ -205,7 +205,7 @@ def test_a_timer_whose_receiver_keeps_failing_is_dead_lettered_within_advance_ti
     mailer.fail_with = RuntimeError("smtp down")
     try:
         harness.publish(QuoteSent("q-1"))
-        with override_settings(BSFT_SAGA={"TIMEOUTS": {"MAX_DISPATCH_ATTEMPTS": 3}}):
+        with override_settings(BSFT_SAGA={"DELIVERY": {"MAX_DISPATCH_ATTEMPTS": 3}}):
             settled = harness.advance_time(timedelta(days=5))
     finally:
         mailer.disconnect()

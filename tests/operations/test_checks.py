@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 from io import StringIO
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -230,7 +231,8 @@ def test_manage_py_check_fails_listing_every_flow_problem(
 
 def test_unknown_and_invalid_settings_are_each_an_e001() -> None:
     bad = {
-        "TIMEOUTS": {"BATCH_SIZE": 0, "CATCH_UP_POLICY": "fire_some", "POLL_INTERVALS": 5},
+        "DELIVERY": {"BATCH_SIZE": 0, "POLL_INTERVALS": 5},
+        "TIMEOUTS": {"CATCH_UP_POLICY": "fire_some"},
         "ENGNIE": {},
     }
     with override_settings(BSFT_SAGA=bad):
@@ -238,9 +240,9 @@ def test_unknown_and_invalid_settings_are_each_an_e001() -> None:
     assert ids(messages) == ["bsft_saga.E001"] * 4
     text = "\n".join(m.msg for m in messages)
     for path in (
-        "TIMEOUTS.BATCH_SIZE",
+        "DELIVERY.BATCH_SIZE",
         "TIMEOUTS.CATCH_UP_POLICY",
-        "TIMEOUTS.POLL_INTERVALS",
+        "DELIVERY.POLL_INTERVALS",
         "BSFT_SAGA[ENGNIE]",
     ):
         assert path in text
@@ -249,7 +251,7 @@ def test_unknown_and_invalid_settings_are_each_an_e001() -> None:
 
 def test_manage_py_check_fails_on_a_bad_setting() -> None:
     with (
-        override_settings(BSFT_SAGA={"TIMEOUTS": {"MAX_DISPATCH_ATTEMPTS": -1}}),
+        override_settings(BSFT_SAGA={"DELIVERY": {"MAX_DISPATCH_ATTEMPTS": -1}}),
         pytest.raises(SystemCheckError, match=r"bsft_saga\.E001.*MAX_DISPATCH_ATTEMPTS"),
     ):
         call_command("check", stdout=StringIO(), stderr=StringIO())
@@ -289,9 +291,49 @@ def test_the_skip_locked_warning_depends_on_the_database() -> None:
 def test_checks_read_the_settings_at_check_time() -> None:
     assert settings.BSFT_SAGA  # the suite's own, valid settings
     assert saga_messages(run_checks()) == []
-    with override_settings(BSFT_SAGA={"TIMEOUTS": {"BATCH_SIZE": "lots"}}):
+    with override_settings(BSFT_SAGA={"DELIVERY": {"BATCH_SIZE": "lots"}}):
         assert ids(saga_messages(run_checks())) == ["bsft_saga.E001"]
     assert saga_messages(run_checks()) == []
+
+
+def test_a_key_in_its_old_place_is_a_w003_naming_its_new_place() -> None:
+    with override_settings(
+        BSFT_SAGA={"TIMEOUTS": {"BATCH_SIZE": 50, "CATCH_UP_POLICY": "fire_all"}}
+    ):
+        messages = saga_messages(run_checks())
+    assert ids(messages) == ["bsft_saga.W003"]
+    [warning] = messages
+    assert warning.msg.startswith(
+        'BSFT_SAGA["TIMEOUTS"]["BATCH_SIZE"] has moved to BSFT_SAGA["DELIVERY"]["BATCH_SIZE"]'
+    )
+    assert 'BSFT_SAGA["DELIVERY"]["BATCH_SIZE"]' in (warning.hint or "")
+    assert warning.obj == "BSFT_SAGA"
+
+
+def test_the_w003_configuration_md_shows_is_what_check_prints() -> None:
+    docs = (Path(__file__).resolve().parents[2] / "docs" / "configuration.md").read_text()
+    out = StringIO()
+    with override_settings(BSFT_SAGA={"TIMEOUTS": {"BATCH_SIZE": 50}}):
+        call_command("check", stdout=out, stderr=out)
+    lines = out.getvalue().splitlines()
+    at = next(i for i, line in enumerate(lines) if "bsft_saga.W003" in line)
+    assert "\n".join(lines[at : at + 2]) + "\n" in docs  # the warning and its hint
+
+
+def test_each_key_in_its_old_place_is_a_w003_of_its_own() -> None:
+    with override_settings(BSFT_SAGA={"TIMEOUTS": {"POLL_INTERVAL": 5, "CLAIM_LEASE": 600}}):
+        messages = saga_messages(run_checks())
+    assert ids(messages) == ["bsft_saga.W003"] * 2
+    assert ["POLL_INTERVAL" in messages[0].msg, "CLAIM_LEASE" in messages[1].msg] == [True, True]
+
+
+def test_a_key_in_both_places_is_an_e001_naming_both() -> None:
+    raw = {"TIMEOUTS": {"CLAIM_LEASE": 600}, "DELIVERY": {"CLAIM_LEASE": 300}}
+    with override_settings(BSFT_SAGA=raw):
+        messages = saga_messages(run_checks())
+    assert ids(messages) == ["bsft_saga.E001"]
+    assert 'BSFT_SAGA["TIMEOUTS"]["CLAIM_LEASE"]' in messages[0].msg
+    assert 'BSFT_SAGA["DELIVERY"]["CLAIM_LEASE"]' in messages[0].msg
 
 
 # --- flow versions (previous_versions) -----------------------------------------------------

@@ -60,8 +60,8 @@ def completed(*keys: str) -> set[str]:
 
 @pytest.fixture
 def max_attempts_2() -> Iterator[None]:
-    timeouts = {**settings.BSFT_SAGA["TIMEOUTS"], "MAX_DISPATCH_ATTEMPTS": 2}
-    with override_settings(BSFT_SAGA={**settings.BSFT_SAGA, "TIMEOUTS": timeouts}):
+    delivery = {**settings.BSFT_SAGA["DELIVERY"], "MAX_DISPATCH_ATTEMPTS": 2}
+    with override_settings(BSFT_SAGA={**settings.BSFT_SAGA, "DELIVERY": delivery}):
         yield
 
 
@@ -145,7 +145,7 @@ def test_drain_warns_about_the_timers_it_dead_lettered() -> None:
     start_reminders("poison")
     SagaTimeout.objects.update(event_type="tests.ops.renamed-away")
 
-    with override_settings(BSFT_SAGA={"TIMEOUTS": {"MAX_DISPATCH_ATTEMPTS": 1}}):
+    with override_settings(BSFT_SAGA={"DELIVERY": {"MAX_DISPATCH_ATTEMPTS": 1}}):
         out, err = run("drain_saga_timeouts", "--until-empty")
 
     assert last_line(out) == TOTALS.format(0, 0, 0, 1, 0)
@@ -185,9 +185,9 @@ def test_drain_loop_outlives_a_failed_pass_and_restores_the_sigterm_handler(
 
     monkeypatch.setattr(command, "drain_pass", database_blip_then_sigterm)
     handler_before = signal.getsignal(signal.SIGTERM)
-    timeouts = {**settings.BSFT_SAGA["TIMEOUTS"], "POLL_INTERVAL": 0.01}
+    delivery = {**settings.BSFT_SAGA["DELIVERY"], "POLL_INTERVAL": 0.01}
 
-    with override_settings(BSFT_SAGA={**settings.BSFT_SAGA, "TIMEOUTS": timeouts}):
+    with override_settings(BSFT_SAGA={**settings.BSFT_SAGA, "DELIVERY": delivery}):
         out, err = run("drain_saga_timeouts", "--loop")
 
     assert "pass 1 failed: OperationalError" in err

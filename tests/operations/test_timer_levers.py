@@ -49,7 +49,7 @@ def _actions() -> list[str]:
 
 
 def _claim_everything() -> None:
-    lease = saga_settings.timeouts.claim_lease
+    lease = saga_settings.delivery.claim_lease
     claim(TIMERS, limit=100, token=uuid.uuid4(), now=clock.now(), lease=lease)
 
 
@@ -275,7 +275,7 @@ def test_a_reschedule_after_the_lease_ran_out_takes_the_timer_from_the_stale_pas
         def stall_then_reschedule(sender: type, *, envelope: Any, **kwargs: Any) -> None:
             # The pass has claimed the timer and is running it when it stalls past its
             # lease; meanwhile the operator moves the timer.
-            frozen.tick(saga_settings.timeouts.claim_lease + timedelta(seconds=1))
+            frozen.tick(saga_settings.delivery.claim_lease + timedelta(seconds=1))
             moved.append(reschedule_timer(timer.pk, later))
 
         event_published.connect(stall_then_reschedule, sender=ReminderDue, weak=False)

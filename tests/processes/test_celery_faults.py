@@ -21,7 +21,7 @@ Two ways to die, for each of the two tasks:
   ``visibility_timeout``, which the tests set to an hour explicitly (Kombu's default), so
   what delivers the event is the new worker's drain, after ``CLAIM_LEASE``.
 
-``CLAIM_LEASE`` is shortened to a few seconds through ``BSFT_SAGA_TIMEOUTS_JSON``;
+``CLAIM_LEASE`` is shortened to a few seconds through ``BSFT_SAGA_DELIVERY_JSON``;
 ``POLL_INTERVAL`` is tests/settings.py's one second. docs/celery.md ("When a worker dies")
 describes the same settings.
 """
@@ -74,7 +74,7 @@ class CrashPlan:
     def env(self, *, event: type, task: str, kill: str) -> dict[str, str]:
         return {
             "DJANGO_SETTINGS_MODULE": "tests.workers.celery_crash.settings",
-            "BSFT_SAGA_TIMEOUTS_JSON": json.dumps({"CLAIM_LEASE": LEASE_SECONDS}),
+            "BSFT_SAGA_DELIVERY_JSON": json.dumps({"CLAIM_LEASE": LEASE_SECONDS}),
             "BSFT_SAGA_VISIBILITY_TIMEOUT": str(VISIBILITY_TIMEOUT_SECONDS),
             "BSFT_SAGA_CRASH_EVENT": event_type_of(event),
             "BSFT_SAGA_CRASH_TASK": task,

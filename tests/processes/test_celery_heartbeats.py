@@ -36,7 +36,7 @@ from tests.support.celery_workers import Worker, enqueuing_to, wait_for
 pytestmark = [pytest.mark.celery, pytest.mark.slow]
 
 STALE_AFTER = 3
-WORKER_ENV = {"BSFT_SAGA_TIMEOUTS_JSON": json.dumps({"STALE_AFTER": STALE_AFTER})}
+WORKER_ENV = {"BSFT_SAGA_DELIVERY_JSON": json.dumps({"STALE_AFTER": STALE_AFTER})}
 _DRAIN_RUN_BY = re.compile(
     r"INFO/(ForkPoolWorker-\d+)\] Task bsft_saga\.tasks\.drain_saga_timeouts\[[^\]]+\] succeeded"
 )
@@ -46,9 +46,9 @@ _DRAIN_RUN_BY = re.compile(
 def _short_stale_after(settings: Any) -> None:
     settings.BSFT_SAGA = {
         **settings.BSFT_SAGA,
-        "TIMEOUTS": {**settings.BSFT_SAGA["TIMEOUTS"], "STALE_AFTER": STALE_AFTER},
+        "DELIVERY": {**settings.BSFT_SAGA["DELIVERY"], "STALE_AFTER": STALE_AFTER},
     }
-    assert saga_settings.timeouts.stale_after == timedelta(seconds=STALE_AFTER)
+    assert saga_settings.delivery.stale_after == timedelta(seconds=STALE_AFTER)
 
 
 def _children_that_drained(worker: Worker) -> set[str]:

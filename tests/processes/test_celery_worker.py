@@ -45,7 +45,7 @@ def test_worker_beat_fires_a_timer_two_poll_intervals_ahead_exactly_once(
     start_worker: Callable[..., Worker],
 ) -> None:
     worker = start_worker(beat=True)
-    delay = round(2 * saga_settings.timeouts.poll_interval.total_seconds())
+    delay = round(2 * saga_settings.delivery.poll_interval.total_seconds())
 
     publish(TaskOpened("t-real-time", nudge_after_seconds=delay))
     nudge = SagaTimeout.objects.get(saga=_task_saga("t-real-time"), name="nudge")
@@ -98,7 +98,7 @@ def test_worker_beat_delivers_a_delayed_message_after_its_time_without_deliver_e
     start_worker: Callable[..., Worker], broker_url: str
 ) -> None:
     worker = start_worker(beat=True)
-    delay = timedelta(seconds=round(2 * saga_settings.timeouts.poll_interval.total_seconds()))
+    delay = timedelta(seconds=round(2 * saga_settings.delivery.poll_interval.total_seconds()))
 
     with enqueuing_to(broker_url):  # an enqueue at commit would reach this worker
         envelope = publish(InvoiceIssued("inv-celery"), delay=delay)

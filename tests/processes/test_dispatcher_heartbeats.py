@@ -143,7 +143,7 @@ def test_a_killed_loop_goes_stale_and_the_rows_it_claimed_name_it_until_its_leas
     assert {timer.claimed_by for timer in claimed} == {row.pk}
     assert {timer.status() for timer in claimed} == {DeliveryStatus.CLAIMED}
     assert row.last_pass_at is not None
-    stale_after = saga_settings.timeouts.stale_after
+    stale_after = saga_settings.delivery.stale_after
     later = row.last_pass_at + stale_after + timedelta(seconds=5)
     idle = (later - row.last_pass_at).total_seconds()
 

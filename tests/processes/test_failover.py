@@ -94,7 +94,7 @@ def test_a_pass_that_loses_its_session_gives_back_its_claims_and_the_loop_counts
     stranded = list(leases)
     resume_file.touch()
 
-    bound = saga_settings.timeouts.poll_interval + RECOVERY_SLACK
+    bound = saga_settings.delivery.poll_interval + RECOVERY_SLACK
     _wait(
         lambda: (
             SagaTimeout.objects.filter(pk__in=stranded, outcome="fired").count() == len(stranded)
@@ -165,7 +165,7 @@ def test_a_loop_draining_through_a_postgresql_restart_fires_every_timer_once(
 
     _wait(lambda: _fired(keys) == TIMERS, 60, "every timer to fire after the restart")
     assert (
-        time.monotonic() - restarted_at < (saga_settings.timeouts.claim_lease / 10).total_seconds()
+        time.monotonic() - restarted_at < (saga_settings.delivery.claim_lease / 10).total_seconds()
     )
     loop.process.send_signal(signal.SIGTERM)
     assert loop.wait(timeout=60) == 0, loop.stderr()

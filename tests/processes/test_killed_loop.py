@@ -37,7 +37,7 @@ BATCH = 30
 MAIL_SECONDS = 0.02
 KILL_AFTER = BATCH // 3  # mails sent by the first dispatcher
 LOOP = "drain_loop.py"
-ENV = {"BSFT_SAGA_TIMEOUTS_JSON": json.dumps({"CLAIM_LEASE": 2, "POLL_INTERVAL": 0.2})}
+ENV = {"BSFT_SAGA_DELIVERY_JSON": json.dumps({"CLAIM_LEASE": 2, "POLL_INTERVAL": 0.2})}
 
 
 def _log(path: Path) -> list[tuple[str, str, int]]:

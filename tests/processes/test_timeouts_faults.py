@@ -39,7 +39,7 @@ from tests.testapp.load_flows import CountingFlow, ReminderFlow
 pytestmark = pytest.mark.slow
 
 DRAIN = "timer_drain.py"
-SHORT_LEASE = {"BSFT_SAGA_TIMEOUTS_JSON": json.dumps({"CLAIM_LEASE": 1})}
+SHORT_LEASE = {"BSFT_SAGA_DELIVERY_JSON": json.dumps({"CLAIM_LEASE": 1})}
 COUNTERS = 3
 KILLED = -signal.SIGKILL
 
@@ -125,7 +125,7 @@ def test_claims_of_a_killed_dispatcher_are_not_taken_over_before_its_lease_passe
     children: Supervisor,
 ) -> None:
     keys = _start_counters()
-    long_lease = {"BSFT_SAGA_TIMEOUTS_JSON": json.dumps({"CLAIM_LEASE": 600})}
+    long_lease = {"BSFT_SAGA_DELIVERY_JSON": json.dumps({"CLAIM_LEASE": 600})}
     killed = children.spawn(DRAIN, "--fault", "kill-after-claim", name="killed", env=long_lease)
     assert killed.wait(timeout=60) == KILLED, killed.stderr()
 
@@ -285,7 +285,7 @@ def test_a_timer_whose_receiver_kills_every_dispatcher_is_dead_lettered_and_spar
     poison_key = keys[1]
     poison = SagaInstance.objects.get(saga_type=CountingFlow.saga_type, correlation_key=poison_key)
     others = [key for key in keys if key != poison_key]
-    limit = {"BSFT_SAGA_TIMEOUTS_JSON": json.dumps({"CLAIM_LEASE": 1, "MAX_DISPATCH_ATTEMPTS": 3})}
+    limit = {"BSFT_SAGA_DELIVERY_JSON": json.dumps({"CLAIM_LEASE": 1, "MAX_DISPATCH_ATTEMPTS": 3})}
 
     exits = []
     for n in range(6):  # bounded: without the attempt count this would never end

@@ -179,7 +179,7 @@ def test_celery_app_schedules_the_drain_task_every_poll_interval() -> None:
     probe = Celery("probe", set_as_current=False)
     probe.conf.beat_schedule = {"nightly": {"task": "reports.nightly", "schedule": 86400}}
 
-    with override_settings(BSFT_SAGA={"TIMEOUTS": {"POLL_INTERVAL": 7}}):
+    with override_settings(BSFT_SAGA={"DELIVERY": {"POLL_INTERVAL": 7}}):
         schedule_drain(sender=probe)
 
     assert probe.conf.beat_schedule == {

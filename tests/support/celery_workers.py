@@ -167,7 +167,7 @@ def start_worker(celery_processes: Callable[..., Worker], tmp_path: Path) -> Cal
     ``pool="prefork"`` runs tasks in ``concurrency`` pool children (one by default) that the
     worker's parent process replaces when they die; the default ``solo`` pool runs them in
     the worker process itself. ``env`` adds to the environment (e.g. ``DJANGO_SETTINGS_MODULE``,
-    ``BSFT_SAGA_TIMEOUTS_JSON``).
+    ``BSFT_SAGA_DELIVERY_JSON``).
     """
     count = 0
 

@@ -27,8 +27,10 @@ from tests.testapp.timer_flows import QuoteFlow, Recorder, TaskFlow, the_saga, t
 pytestmark = pytest.mark.django_db
 
 
-def policy(name: str, **options: Any) -> Any:
-    return override_settings(BSFT_SAGA={"TIMEOUTS": {"CATCH_UP_POLICY": name, **options}})
+def policy(name: str, delivery: dict[str, Any] | None = None, **options: Any) -> Any:
+    return override_settings(
+        BSFT_SAGA={"TIMEOUTS": {"CATCH_UP_POLICY": name, **options}, "DELIVERY": delivery or {}}
+    )
 
 
 @pytest.fixture
@@ -124,7 +126,7 @@ def test_fire_latest_per_saga_fires_a_sagas_only_overdue_timer(
 def test_fire_latest_per_saga_misses_an_old_timer_even_when_a_batch_holds_only_it(
     backlog: Any, reminders: Recorder
 ) -> None:
-    with policy("fire_latest_per_saga", BATCH_SIZE=1):
+    with policy("fire_latest_per_saga", {"BATCH_SIZE": 1}):
         first = drain_due()
 
     assert (first.fired, first.missed) == (0, 1)

@@ -68,7 +68,7 @@ def after_back_off(clock: FrozenDateTimeFactory) -> DrainReport:
 
 
 def limit_attempts(n: int) -> Any:
-    return override_settings(BSFT_SAGA={"TIMEOUTS": {"MAX_DISPATCH_ATTEMPTS": n}})
+    return override_settings(BSFT_SAGA={"DELIVERY": {"MAX_DISPATCH_ATTEMPTS": n}})
 
 
 def reminder(flow: type, key: str, name: str) -> SagaTimeout:
@@ -120,7 +120,7 @@ def test_the_batch_size_setting_caps_a_pass_at_the_oldest_timers(
     send_quotes(clock, "q-1", "q-2", "q-3")
     clock.move_to(T0 + timedelta(days=5))
 
-    with override_settings(BSFT_SAGA={"TIMEOUTS": {"BATCH_SIZE": 2}}):
+    with override_settings(BSFT_SAGA={"DELIVERY": {"BATCH_SIZE": 2}}):
         report = drain_due()
 
     assert report.fired == 2
@@ -135,7 +135,7 @@ def test_the_batch_size_argument_overrides_the_setting(
     send_quotes(clock, "q-1", "q-2", "q-3")
     clock.move_to(T0 + timedelta(days=5))
 
-    with override_settings(BSFT_SAGA={"TIMEOUTS": {"BATCH_SIZE": 2}}):
+    with override_settings(BSFT_SAGA={"DELIVERY": {"BATCH_SIZE": 2}}):
         report = drain_due(batch_size=5)
 
     assert report.fired == 5
@@ -316,7 +316,7 @@ def test_a_receiver_keyed_on_the_message_id_acts_once_on_a_redelivered_timer_eve
 def _claim_then_lose(clock: FrozenDateTimeFactory, *, stall: timedelta) -> list[Any]:
     """Claim the due rows for a pass that stalls, then let another pass claim them as if
     ``stall`` had passed; return the stalled pass's rows."""
-    config = saga_settings.timeouts
+    config = saga_settings.delivery
     rows = claim(TIMERS, limit=10, token=STALE, now=clock_now(), lease=config.claim_lease).rows
     claim(
         TIMERS,
@@ -346,7 +346,7 @@ def test_a_pass_that_stalled_past_its_lease_publishes_nothing_it_lost(
     publish(TaskOpened("t-1", nudge_after_seconds=3600))
     clock.tick(timedelta(hours=1))
     rows = _claim_then_lose(clock, stall=timedelta(seconds=1))
-    clock.tick(saga_settings.timeouts.claim_lease + timedelta(seconds=1))
+    clock.tick(saga_settings.delivery.claim_lease + timedelta(seconds=1))
 
     report = deliver_claimed(TIMERS, rows, STALE)
 
@@ -630,7 +630,7 @@ def test_poison_rows_at_the_head_of_the_queue_step_aside_for_their_back_off(
     SagaTimeout.objects.filter(name="followup").update(event_type="tests.renamed-away")
     clock.move_to(T0 + timedelta(days=5))
 
-    with override_settings(BSFT_SAGA={"TIMEOUTS": {"BATCH_SIZE": 2, "MAX_DISPATCH_ATTEMPTS": 3}}):
+    with override_settings(BSFT_SAGA={"DELIVERY": {"BATCH_SIZE": 2, "MAX_DISPATCH_ATTEMPTS": 3}}):
         reports = [drain_due(), drain_due(), after_back_off(clock), after_back_off(clock)]
 
     assert [(r.failed, r.dead_lettered, r.fired) for r in reports] == [

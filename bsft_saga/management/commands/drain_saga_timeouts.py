@@ -101,7 +101,7 @@ class Command(BaseCommand):
                 return
 
     def _loop(self) -> None:
-        poll = saga_settings.timeouts.poll_interval.total_seconds()
+        poll = saga_settings.delivery.poll_interval.total_seconds()
         restore = self._install_sigterm_handler()
         number = 0
         try:
