@@ -10,7 +10,7 @@ downloads. Without it, or without the ``playwright`` package, the tests skip wit
 under ``CI=true`` that is a failure (tests/support/services.py), since CI installs both.
 
 Screenshots of the instance page go to a temporary directory; set
-``BSFT_SAGA_SCREENSHOT_DIR=docs/images`` to refresh the ones docs/operations.md shows.
+``BSFT_SAGA_SCREENSHOT_DIR=docs/images`` to refresh the ones docs/operations/ shows.
 """
 
 from __future__ import annotations
@@ -533,7 +533,7 @@ def test_every_page_writes_its_times_to_the_second_with_the_zone(
         assert not re.search(r"\b[ap]\.m\.", operator.page.inner_text("#content")), url
 
 
-# -- the screenshots of docs/operations.md -------------------------------------------------
+# -- the screenshots of docs/operations/ -------------------------------------------------
 
 JOURNEY_START = datetime(2026, 12, 1, 8, 0, 4, tzinfo=UTC)  # 09:00:04 in Berlin
 

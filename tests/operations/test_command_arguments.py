@@ -115,8 +115,8 @@ def test_a_negative_duration_from_code_is_out_of_range() -> None:
         arguments.duration("--older-than", timedelta(seconds=-1))
 
 
-def test_the_error_docs_operations_shows_is_the_real_one() -> None:
-    docs = (Path(__file__).resolve().parents[2] / "docs" / "operations.md").read_text()
+def test_the_error_the_docs_show_is_the_real_one() -> None:
+    docs = (Path(__file__).resolve().parents[2] / "docs" / "operations" / "commands.md").read_text()
     with pytest.raises(CommandError) as raised:
         run("requeue_saga_timeouts", "--id", HUGE)
 

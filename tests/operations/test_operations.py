@@ -1,4 +1,5 @@
-"""Maintenance services (requeue, purge), the flow graph renderer, and docs/operations.md."""
+"""Maintenance services (requeue, purge), the flow graph renderer, and the operations pages
+(docs/operations.md and the how-to pages of docs/operations/)."""
 
 from __future__ import annotations
 
@@ -38,7 +39,8 @@ from tests.testapp.ops_flows import (
 
 pytestmark = pytest.mark.django_db
 
-DOCS = Path(__file__).resolve().parents[2] / "docs" / "operations.md"
+_DOCS = Path(__file__).resolve().parents[2] / "docs"
+DOCS = [_DOCS / "operations.md", *sorted((_DOCS / "operations").glob("*.md"))]
 DEAD = TimeoutOutcome.DEAD_LETTERED
 
 
@@ -341,18 +343,22 @@ def test_graphviz_accepts_the_dot_output() -> None:
     assert "<svg" in result.stdout
 
 
-# -- docs/operations.md -------------------------------------------------------------------------
+# -- docs/operations.md, docs/operations/*.md --------------------------------------------------
 
 
 def _blocks(language: str) -> list[str]:
-    return re.findall(rf"^```{language}\n(.*?)^```", DOCS.read_text(), flags=re.S | re.M)
+    return [block for page in DOCS for block in _page_blocks(page, language)]
+
+
+def _page_blocks(page: Path, language: str) -> list[str]:
+    return re.findall(rf"^```{language}\n(.*?)^```", page.read_text(), flags=re.S | re.M)
 
 
 def test_docs_python_examples_run() -> None:
-    blocks = _blocks("python")
-    assert blocks
-    for block in blocks:
-        exec(compile(block, str(DOCS), "exec"), {"__name__": "docs_operations"})
+    assert _blocks("python")
+    for page in DOCS:
+        for block in _page_blocks(page, "python"):
+            exec(compile(block, str(page), "exec"), {"__name__": "docs_operations"})
 
 
 def test_docs_shell_examples_use_real_commands_and_options() -> None:

@@ -32,7 +32,7 @@ from tests.testapp.ops_flows import REMINDER_SAGA_TYPE, QuoteFollowUpFlow, make_
 pytestmark = pytest.mark.django_db
 
 T0 = datetime(2026, 3, 2, 8, 0, tzinfo=UTC)
-DOCS = Path(__file__).resolve().parents[2] / "docs" / "operations.md"
+DOCS = Path(__file__).resolve().parents[2] / "docs" / "operations" / "saga-history.md"
 
 
 def run(*args: str, **options: Any) -> str:
@@ -310,11 +310,12 @@ def test_the_empty_key_of_a_single_instance_flow_is_a_key_like_any_other() -> No
     assert run(REMINDER_SAGA_TYPE, "").splitlines()[0].startswith(f"{REMINDER_SAGA_TYPE}[]: ")
 
 
-# --- a real flow, and the example of docs/operations.md -------------------------------------
+# --- a real flow, and the example of docs/operations/saga-history.md --------------------------
 
 
 def follow_up_quote(key: str) -> SagaInstance:
-    """docs/operations.md's quote: sent at T0, followed up by its timer two days later."""
+    """docs/operations/saga-history.md's quote: sent at T0, followed up by its timer two days
+    later."""
     with freeze_time(T0):
         publish(QuoteSent(key), correlation_id="req-7f3a")
     with freeze_time(T0 + timedelta(days=2, seconds=1)):

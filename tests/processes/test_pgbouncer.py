@@ -3,7 +3,7 @@
 ``tests/support/pgbouncer.py`` starts PgBouncer in transaction mode and runs the dispatcher tests
 through it; these tests fail that run if the test connection or a child's ``DATABASE_URL``
 reached the server directly — which a wrong URL would do without any other test noticing.
-They also hold docs/operations.md ("Behind PgBouncer") to its word: the settings it shows
+They also hold docs/operations/pgbouncer.md ("Behind PgBouncer") to its word: the settings it shows
 work through the pooler, and prepared statements fail as it says. Skipped in every other
 run (there is no PgBouncer to ask).
 """
@@ -28,7 +28,7 @@ from tests.support.services import require_postgres_backend
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db]
 
-OPERATIONS = Path(__file__).resolve().parents[2] / "docs" / "operations.md"
+PAGE = Path(__file__).resolve().parents[2] / "docs" / "operations" / "pgbouncer.md"
 PYTHON_BLOCK = re.compile(r"```python\n(.*?)```", re.S)
 # More executions of one statement per connection than psycopg's prepare_threshold (5).
 EXECUTIONS = 8
@@ -87,9 +87,7 @@ def test_child_processes_are_given_pgbouncer_to_connect_to(
 
 
 def _documented_settings() -> dict[str, Any]:
-    text = OPERATIONS.read_text(encoding="utf-8")
-    section = text.split("## Behind PgBouncer", 1)[1].split("\n## ", 1)[0]
-    [block] = PYTHON_BLOCK.findall(section)
+    [block] = PYTHON_BLOCK.findall(PAGE.read_text(encoding="utf-8"))
     namespace: dict[str, Any] = {}
     exec(block, namespace)
     documented: dict[str, Any] = namespace["DATABASES"]["default"]

@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
+HOW_TO = sorted((ROOT / "docs" / "operations").glob("*.md"))
 PYTHON_BLOCK = re.compile(r"```python\n(.*?)```", re.S)
 
 
@@ -44,6 +45,12 @@ def test_the_readme_links_every_docs_page() -> None:
     assert missing == []
 
 
+def test_the_operations_page_links_every_how_to_page() -> None:
+    index = (ROOT / "docs" / "operations.md").read_text(encoding="utf-8")
+    assert HOW_TO
+    assert [page.name for page in HOW_TO if f"](operations/{page.name})" not in index] == []
+
+
 def test_relative_links_between_pages_resolve() -> None:
     broken = []
     for page in PAGES:
@@ -59,6 +66,76 @@ def test_the_readme_opens_with_the_two_commands() -> None:
     opening = "\n".join((ROOT / "README.md").read_text(encoding="utf-8").splitlines()[:15])
     assert "make demo" in opening
     assert "make test" in opening
+
+
+REFERENCE = sorted((ROOT / "docs" / "reference").glob("*.md"))
+# "::: dotted.path" and the indented options below it (a module's "members:" list).
+DIRECTIVE = re.compile(r"^::: ([\w.]+)\n((?:    .*\n)*)", re.M)
+IMPORT = re.compile(r"from (bsft_saga[\w.]*) import ([\w, ]+)")
+CALL = re.compile(r"`(bsft_saga(?:\.\w+)+)\(")
+
+
+def _resolve(dotted: str) -> object:
+    parts = dotted.split(".")
+    for split in range(len(parts), 0, -1):
+        try:
+            found: object = importlib.import_module(".".join(parts[:split]))
+        except ImportError:
+            continue
+        for part in parts[split:]:
+            found = getattr(found, part)
+        return found
+    raise ImportError(dotted)
+
+
+def _documented() -> list[object]:
+    """Every object the reference pages render: each "::: name", and a module's members."""
+    found = []
+    for page in REFERENCE:
+        for dotted, options in DIRECTIVE.findall(page.read_text(encoding="utf-8")):
+            target = _resolve(dotted)
+            found.append(target)
+            if inspect.ismodule(target):
+                members = re.findall(r"^\s+- (\w+)$", options, re.M)
+                names = members or [name for name in vars(target) if not name.startswith("_")]
+                found += [getattr(target, name) for name in names]
+    return found
+
+
+def told_to_use() -> list[tuple[str, str]]:
+    """(where, dotted name) of each name users are told to import or call: the package's
+    ``__all__``, every ``from bsft_saga... import`` and every `bsft_saga.x.y()` of the pages."""
+    import bsft_saga
+
+    names = [("bsft_saga.__all__", f"bsft_saga.{name}") for name in bsft_saga.__all__]
+    for page in PAGES:
+        text = page.read_text(encoding="utf-8")
+        where = str(page.relative_to(ROOT))
+        for module, imported in IMPORT.findall(text):
+            names += [(where, f"{module}.{name.strip()}") for name in imported.split(",")]
+        names += [(where, dotted) for dotted in CALL.findall(text)]
+    return sorted({(where, name) for where, name in names if not name.endswith(".__version__")})
+
+
+def _is_documented(target: object, documented: list[object]) -> bool:
+    if inspect.ismethod(target):  # flow_registry.get: its registry is documented
+        target = target.__self__
+    if any(target is shown for shown in documented):
+        return True
+    # A module is covered by what the reference shows of it (bsft_saga.clock: its now()).
+    return inspect.ismodule(target) and any(
+        getattr(shown, "__module__", None) == target.__name__ for shown in documented
+    )
+
+
+def test_the_reference_shows_every_name_users_are_told_to_use() -> None:
+    documented = _documented()
+    missing = [
+        f"{where}: {name}"
+        for where, name in told_to_use()
+        if not _is_documented(_resolve(name), documented)
+    ]
+    assert missing == []
 
 
 # Pages whose definitions are copies of code the suite runs, and where that code lives. The

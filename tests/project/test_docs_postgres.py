@@ -1,5 +1,5 @@
-"""The SQL that docs/operations.md recommends ("PostgreSQL over a long life") runs as written
-against bsft_saga's tables, and does what it says (PostgreSQL only; rolled back)."""
+"""The SQL that docs/operations/postgresql.md recommends runs as written against bsft_saga's
+tables, and does what it says (PostgreSQL only; rolled back)."""
 
 from __future__ import annotations
 
@@ -13,15 +13,13 @@ from tests.support.services import require_postgres_backend
 
 pytestmark = pytest.mark.django_db
 
-OPERATIONS = Path(__file__).resolve().parents[2] / "docs" / "operations.md"
+PAGE = Path(__file__).resolve().parents[2] / "docs" / "operations" / "postgresql.md"
 SQL_BLOCK = re.compile(r"```sql\n(.*?)```", re.S)
 
 
 def _section_sql() -> list[str]:
-    text = OPERATIONS.read_text(encoding="utf-8")
-    section = text.split("## PostgreSQL over a long life", 1)[1].split("\n## ", 1)[0]
-    blocks = SQL_BLOCK.findall(section)
-    assert len(blocks) == 2, "the section's two SQL examples moved: update this test"
+    blocks = SQL_BLOCK.findall(PAGE.read_text(encoding="utf-8"))
+    assert len(blocks) == 2, "the page's two SQL examples moved: update this test"
     return blocks
 
 

@@ -29,7 +29,7 @@ from tests.testapp.ops_flows import REMINDER_SAGA_TYPE, make_timeout
 pytestmark = pytest.mark.django_db
 
 TOTALS = "instances={} inbox={} journal={} timeouts={} outbox={} audit={} dispatchers=0"
-OPERATIONS = Path(__file__).resolve().parents[2] / "docs" / "operations.md"
+RETENTION_PAGE = Path(__file__).resolve().parents[2] / "docs" / "operations" / "retention.md"
 
 
 @pytest.fixture
@@ -172,10 +172,10 @@ def test_the_task_purges_with_the_retention_defaults(history: dict[str, Any]) ->
 
 
 def test_the_documented_beat_schedule_runs_the_drain_and_a_daily_purge() -> None:
-    blocks = re.findall(r"^```python\n(.*?)^```", OPERATIONS.read_text(), flags=re.S | re.M)
+    blocks = re.findall(r"^```python\n(.*?)^```", RETENTION_PAGE.read_text(), flags=re.S | re.M)
     [block] = [block for block in blocks if "bsft_saga.tasks.purge_saga_data" in block]
     namespace: dict[str, Any] = {}
-    exec(compile(block, str(OPERATIONS), "exec"), namespace)
+    exec(compile(block, str(RETENTION_PAGE), "exec"), namespace)
 
     schedule = namespace["CELERY_BEAT_SCHEDULE"]
     names = {entry["task"] for entry in schedule.values()}

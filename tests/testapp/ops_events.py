@@ -42,7 +42,7 @@ class Noted:
     note: str = ""
 
 
-# The quote follow-up flow of docs/operations.md (its ``saga_graph`` example).
+# The quote follow-up flow of docs/operations/flow-diagrams.md (its ``saga_graph`` example).
 
 
 @event("tests.ops.quote-sent")

@@ -1,8 +1,9 @@
 """Flows of the operations tests, and small builders for the rows those tests inspect.
 
 ``ReminderFlow`` is the workhorse: its start step schedules one timer whose event wakes
-(and completes) the saga. ``QuoteFollowUpFlow`` is the example of docs/operations.md, and
-``ApprovalFlow`` a flow without auto-completion, for ``saga_graph``.
+(and completes) the saga. ``QuoteFollowUpFlow`` is the example of
+docs/operations/flow-diagrams.md, and ``ApprovalFlow`` a flow without auto-completion, for
+``saga_graph``.
 """
 
 from __future__ import annotations
@@ -83,7 +84,7 @@ class NudgeFlow(SagaFlow):
         ).build()
 
 
-# -- the flow of docs/operations.md ---------------------------------------------------------
+# -- the flow of docs/operations/flow-diagrams.md ----------------------------------------------
 
 
 @dataclass
