@@ -508,6 +508,12 @@ S = TypeVar("S", bound=Section)
 class SagaSettings:
     """Typed, validated view of ``settings.BSFT_SAGA``.
 
+    One attribute per section, each key of it an attribute of that:
+    ``saga_settings.delivery.poll_interval`` (a ``timedelta``), ``.timers.catch_up_policy``,
+    ``.engine.max_conflict_retries``, ``.api.read_content_permission``,
+    ``.retention.older_than``; ``.calendars`` and ``.max_payload_bytes`` as they are. A
+    ``DELIVERY`` key still set under ``TIMEOUTS`` is read as its ``DELIVERY`` key.
+
     The engine reads it on every event and the dispatcher on every row, so the view is
     built once per setting value: ``override_settings`` installs a new value, which is
     validated and typed afresh on its first access (and ``setting_changed`` drops the
@@ -563,33 +569,6 @@ class SagaSettings:
     @property
     def max_payload_bytes(self) -> int | None:
         return self._current().max_payload_bytes
-
-    # TRANSITIONAL (removed before the commit that ends this change): the old paths.
-    @property
-    def timeouts(self) -> Any:
-        delivery, timers = self.delivery, self.timers
-
-        class _Both:
-            def __getattr__(self, name: str) -> Any:
-                return getattr(delivery if hasattr(delivery, name) else timers, name)
-
-        return _Both()
-
-    @property
-    def max_conflict_retries(self) -> int:
-        return self.engine.max_conflict_retries
-
-    @property
-    def max_publish_depth(self) -> int:
-        return self.engine.max_publish_depth
-
-    @property
-    def max_kept_events_per_saga(self) -> int:
-        return self.engine.max_kept_events_per_saga
-
-    @property
-    def keep_early_for(self) -> timedelta:
-        return self.engine.keep_early_for
 
 
 saga_settings = SagaSettings()

@@ -2,7 +2,7 @@
 
 A process running passes inside :func:`bsft_saga.delivery.heartbeat.reporting` keeps a
 ``SagaDispatcher`` row. It is **stale** once its ``last_pass_at`` is older than
-``TIMEOUTS["STALE_AFTER"]`` (three ``POLL_INTERVAL`` s, at least a minute, by default): an
+``DELIVERY["STALE_AFTER"]`` (three ``POLL_INTERVAL`` s, at least a minute, by default): an
 idle dispatcher reports once per ``POLL_INTERVAL`` and a busy one at every pass, so a stale
 one is dead, stuck, or cut off from the database. A ``last_pass_at`` more than
 ``STALE_AFTER`` after now is no sign of life either (a host whose clock runs far ahead, a
@@ -47,7 +47,7 @@ LISTED = 50
 
 
 def stale_after() -> timedelta:
-    """``TIMEOUTS["STALE_AFTER"]``, resolved: a dispatcher whose last pass is older is stale."""
+    """``DELIVERY["STALE_AFTER"]``, resolved: a dispatcher whose last pass is older is stale."""
     return saga_settings.delivery.stale_after
 
 

@@ -61,7 +61,7 @@ class SagaStatus:
       in (``drain_saga_timeouts --loop``, Celery workers running the drain), leaving out
       one more than ``STALE_AFTER`` after now (a clock far ahead, a row written by hand);
       ``None`` when none is left.
-    - ``stale_after_seconds``: ``TIMEOUTS["STALE_AFTER"]``: a dispatcher, or the lag, past
+    - ``stale_after_seconds``: ``DELIVERY["STALE_AFTER"]``: a dispatcher, or the lag, past
       it is a warning.
     - ``dispatchers``: the dispatchers that passed last, newest first
       (:class:`~bsft_saga.dispatchers.DispatcherStatus`, at most

@@ -257,7 +257,7 @@ class SagaStatusSerializer(serializers.Serializer[dict[str, object]]):
         "leaving out one more than stale_after_seconds after now; null when none is left.",
     )
     stale_after_seconds = serializers.FloatField(
-        help_text="TIMEOUTS['STALE_AFTER']: a dispatcher whose last pass is older is stale."
+        help_text="DELIVERY['STALE_AFTER']: a dispatcher whose last pass is older is stale."
     )
     idle_warning = serializers.CharField(
         allow_null=True,

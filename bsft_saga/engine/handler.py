@@ -341,7 +341,7 @@ def apply_kept(flow: FlowDefinition, saga_id: uuid.UUID) -> int:
     Run with no transaction open (after the commit that reached the step, or by the
     drain). A window that applies a kept event deletes its row in the same commit, so a
     crash loses none: the row waits for the next drain. A failed one is logged, counted an
-    attempt and waits out the retry back-off (``TIMEOUTS`` ``RETRY_BACKOFF``,
+    attempt and waits out the retry back-off (``DELIVERY`` ``RETRY_BACKOFF``,
     ``MAX_RETRY_DELAY``), and is dead-lettered at ``MAX_DISPATCH_ATTEMPTS``; it never fails
     the commit that reached the step. The saga's younger kept events wait behind a failing
     one; a dead-lettered one lets them go.

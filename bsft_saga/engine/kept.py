@@ -125,7 +125,7 @@ def keep_for_key(
 
 
 def _full(rows: SagaKeptEventQuerySet) -> bool:
-    limit = saga_settings.max_kept_events_per_saga
+    limit = saga_settings.engine.max_kept_events_per_saga
     return rows.order_by().values("pk")[limit - 1 : limit].exists()
 
 
@@ -160,7 +160,7 @@ def _create(
 def adopt(saga_id: uuid.UUID, saga_type: str, correlation_key: str, *, now: datetime) -> int:
     """Give the saga just created for its key the events kept for that key within
     ``KEEP_EARLY_FOR`` (in the creating transaction); return how many."""
-    since = now - saga_settings.keep_early_for
+    since = now - saga_settings.engine.keep_early_for
     return (
         SagaKeptEvent.objects.without_saga()
         .filter(saga_type=saga_type, correlation_key=correlation_key, kept_at__gte=since)
@@ -249,7 +249,7 @@ def claim(row: SagaKeptEvent, *, now: datetime) -> uuid.UUID | None:
     if row.next_attempt_at is None or row.next_attempt_at > now:
         return None
     token = uuid.uuid4()
-    until = now + saga_settings.timeouts.claim_lease
+    until = now + saga_settings.delivery.claim_lease
     claimed = (
         SagaKeptEvent.objects.claimable(now)
         .filter(pk=row.pk)
@@ -302,7 +302,7 @@ def envelope_of(row: SagaKeptEvent) -> Envelope:
 def discard_expired(*, now: datetime, limit: int) -> int:
     """Discard up to ``limit`` events kept for a key whose saga did not start within
     ``KEEP_EARLY_FOR``; each is counted ignored (``not_awaited``). Return how many."""
-    cutoff = now - saga_settings.keep_early_for
+    cutoff = now - saga_settings.engine.keep_early_for
     rows = list(
         SagaKeptEvent.objects.without_saga()
         .filter(kept_at__lt=cutoff)
@@ -321,7 +321,7 @@ def unadopted(*, now: datetime, limit: int) -> list[tuple[uuid.UUID, str, str, i
     """Sagas active for a key that has events kept before it started, within the window,
     not yet theirs (the saga started while the event was being kept):
     ``(id, saga_type, correlation_key, flow_version)``."""
-    since = now - saga_settings.keep_early_for
+    since = now - saga_settings.engine.keep_early_for
     active = SagaInstance.objects.active().filter(
         saga_type=OuterRef("saga_type"), correlation_key=OuterRef("correlation_key")
     )

@@ -159,12 +159,12 @@ class ApiMachine(RuleBasedStateMachine):
         model_flows.BROKEN.clear()
         self.freezer = freeze_time(T0, tick=False)
         self.clock = self.freezer.start()
-        timeouts = dict(django_settings.BSFT_SAGA.get("TIMEOUTS", {}))
-        timeouts["MAX_DISPATCH_ATTEMPTS"] = 1  # a failure gives a row up at once
+        delivery = dict(django_settings.BSFT_SAGA.get("DELIVERY", {}))
+        delivery["MAX_DISPATCH_ATTEMPTS"] = 1  # a failure gives a row up at once
         engine = dict(django_settings.BSFT_SAGA.get("ENGINE", {}))
         engine["MAX_KEPT_EVENTS_PER_SAGA"] = MAX_KEPT  # so that the limit is reached
         self.overridden = override_settings(
-            BSFT_SAGA={**django_settings.BSFT_SAGA, "TIMEOUTS": timeouts, "ENGINE": engine}
+            BSFT_SAGA={**django_settings.BSFT_SAGA, "DELIVERY": delivery, "ENGINE": engine}
         )
         self.overridden.enable()
         self.narrowed = activation.only([CHAIN, TIMED])

@@ -45,7 +45,7 @@ class Command(BaseCommand):
             "--loop",
             action="store_true",
             help="Poll forever, as a dispatcher process: after a pass that found nothing, wait "
-            "BSFT_SAGA['TIMEOUTS']['POLL_INTERVAL']. SIGTERM stops it after the current "
+            "BSFT_SAGA['DELIVERY']['POLL_INTERVAL']. SIGTERM stops it after the current "
             "pass, Ctrl-C at once; both print the totals and exit 0. It reports a heartbeat "
             "(a SagaDispatcher row, listed by saga_status), removed when it stops.",
         )
@@ -54,7 +54,7 @@ class Command(BaseCommand):
             type=int,
             default=None,
             metavar="N",
-            help="Due timers (and outbox rows) read per pass; default: TIMEOUTS.BATCH_SIZE, "
+            help="Due timers (and outbox rows) read per pass; default: DELIVERY.BATCH_SIZE, "
             f"at most {arguments.MAX_BATCH_SIZE}.",
         )
         parser.add_argument(
