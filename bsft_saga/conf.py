@@ -140,11 +140,11 @@ class Section:
     """
 
     name: ClassVar[str]
+    #: The typed value of each key, by its name (``"BATCH_SIZE"``).
+    values: Mapping[str, Any]
 
     def __init__(self, values: Mapping[str, Any]) -> None:
         object.__setattr__(self, "values", MappingProxyType(dict(values)))
-
-    values: Mapping[str, Any]
 
     @classmethod
     def options(cls) -> list[Option[Any]]:

@@ -278,6 +278,8 @@ def test_a_key_set_in_both_places_is_refused_naming_both() -> None:
     assert 'BSFT_SAGA["TIMEOUTS"]["BATCH_SIZE"]' in problem.message
     assert 'keep only BSFT_SAGA["DELIVERY"]["BATCH_SIZE"]' in problem.message
     assert moved_keys(raw) == []  # the error says it: no warning besides
+    page = (Path(__file__).parents[2] / "docs" / "configuration.md").read_text()
+    assert f"\n{problem}\n" in page  # configuration.md shows the real message
     with (
         override_settings(BSFT_SAGA=raw),
         pytest.raises(ImproperlyConfigured, match=r"DELIVERY\.BATCH_SIZE.*set twice"),
