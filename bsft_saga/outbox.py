@@ -153,8 +153,20 @@ def stage_deferred(
 
     A delayed message (``deliver_at``) is handed to nobody: the drain delivers it once its
     time has come, so the one way it reaches its receivers is the one that never runs early.
+
+    A message id already in the outbox (the same envelope published again: a retried
+    request, a replayed import) writes nothing and hands nothing over: the message is
+    delivered once, as it was first written, whether it is still waiting or delivered
+    already.
     """
-    sql.insert(SagaOutboxMessage, [row_values(envelope, payload, deliver_at=deliver_at)])
+    values = row_values(envelope, payload, deliver_at=deliver_at)
+    if not sql.insert_unless_present(SagaOutboxMessage, values):
+        logger.info(
+            "bsft_saga: %s %s is in the outbox already; publishing it again wrote nothing",
+            envelope.event_type,
+            envelope.message_id,
+        )
+        return
     if deliver_at is not None:
         return
     transaction.on_commit(

@@ -26,7 +26,14 @@ from contextlib import nullcontext
 from functools import cache, lru_cache
 from typing import Any, TypeVar
 
-from django.db import DEFAULT_DB_ALIAS, connection, connections, models, transaction
+from django.db import (
+    DEFAULT_DB_ALIAS,
+    IntegrityError,
+    connection,
+    connections,
+    models,
+    transaction,
+)
 from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.models.base import ModelState
 from django.db.models.fields import Field
@@ -69,6 +76,27 @@ def insert(model: type[models.Model], rows: Sequence[Mapping[str, Any]]) -> None
     with atomic, db.cursor() as cursor:
         for sql, params in statements:
             cursor.execute(sql, params)
+
+
+def insert_unless_present(model: type[models.Model], row: Mapping[str, Any]) -> bool:
+    """INSERT ``row`` unless a row with its primary key (or another unique value of it)
+    exists; return whether it was written.
+
+    One statement on PostgreSQL and SQLite (``ON CONFLICT DO NOTHING``: no error, so the
+    caller's transaction goes on); elsewhere the INSERT in a savepoint of its own.
+    """
+    db = _db()
+    ((sql, params),) = _insert_statements(model, [row], db)
+    if db.vendor in ("postgresql", "sqlite"):
+        with db.cursor() as cursor:
+            cursor.execute(f"{sql} ON CONFLICT DO NOTHING", params)
+            return bool(cursor.rowcount)
+    try:
+        with transaction.atomic(using=db.alias), db.cursor() as cursor:
+            cursor.execute(sql, params)
+    except IntegrityError:
+        return False
+    return True
 
 
 def _insert_statements(

@@ -101,6 +101,32 @@ def test_a_delayed_message_of_a_rolled_back_transaction_leaves_nothing() -> None
     assert not SagaOutboxMessage.objects.exists()
 
 
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("again", ["waiting", "delivered"])
+def test_publishing_a_delayed_message_again_writes_nothing_and_it_is_delivered_once(
+    again: str, hand_offs: list[uuid.UUID]
+) -> None:
+    # A retried request or a replayed import publishes the same envelope (message id) twice.
+    message_id = uuid.uuid4()
+    with freeze_time(NOW):
+        publish(Unrouted("later"), message_id=message_id, delay=DELAY)
+    if again == "delivered":
+        with freeze_time(LATER):
+            assert deliver_pending().delivered == 1
+
+    with freeze_time(NOW + timedelta(minutes=5)):
+        publish(Unrouted("later"), message_id=message_id, deliver_at=LATER + DELAY)
+        publish(Unrouted("later"), message_id=message_id, defer=True)
+
+    row = _row(message_id)
+    assert (row.created_at, row.deliver_at) == (NOW, LATER)
+    assert hand_offs == []
+    with freeze_time(LATER + 2 * DELAY), receiving(Unrouted) as received:
+        deliver_pending()
+    assert len(received) == (1 if again == "waiting" else 0)
+    assert SagaOutboxMessage.objects.count() == 1
+
+
 @pytest.mark.django_db
 def test_no_pass_delivers_a_delayed_message_before_its_deliver_at() -> None:
     with freeze_time(NOW):

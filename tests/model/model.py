@@ -52,17 +52,14 @@ RULES = {
     # Rescheduling the deadline timer moves SagaInstance.deadline; canceling it is refused.
     "deadline_levers": True,
     # A delayed (or deferred) publish that repeats the message id of an event already
-    # written to the outbox is a redelivery like any other (ignored as a duplicate by a
-    # saga that handled it). Off: today the outbox row's primary key is the message id, so
-    # the repeat is an IntegrityError for the publisher; the machine then sends such a
-    # repeat at once instead, and the finding waits for a decision.
-    "outbox_repeat": False,
+    # written to the outbox writes nothing: the message is delivered once, as first written.
+    "outbox_repeat": True,
     # Keeping an event is no transition: the saga's version stays (the journal's versions
     # follow one another).
     "keeping_keeps_the_version": True,
 }
 # MODEL_RULES_OFF=kept_chain,deadline_levers switches rules off for one run (against an
-# older tree, say); MODEL_RULES_ON=outbox_repeat switches one on.
+# older tree, say); MODEL_RULES_ON=... switches one on.
 for _name in filter(None, os.environ.get("MODEL_RULES_OFF", "").split(",")):
     RULES[_name] = False
 for _name in filter(None, os.environ.get("MODEL_RULES_ON", "").split(",")):

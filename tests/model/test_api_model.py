@@ -242,8 +242,13 @@ class ApiMachine(RuleBasedStateMachine):
     def _send(self, sent: Sent, when: str, later: timedelta) -> None:
         event = EVENTS[sent.kind](sent)
         if when != "now":
-            if sent.message_id in self.outboxed and not RULES["outbox_repeat"]:
-                when = "now"  # see RULES["outbox_repeat"]
+            if sent.message_id in self.outboxed:
+                if not RULES["outbox_repeat"]:
+                    when = "now"  # see RULES["outbox_repeat"]
+                else:
+                    # In the outbox already: publishing it again writes nothing.
+                    publish(event, message_id=sent.message_id, delay=later)
+                    return
             self.outboxed.add(sent.message_id)
         if when == "now":
             publish(event, message_id=sent.message_id)
