@@ -44,6 +44,7 @@ def empty_database(tmp_path: Path) -> Iterator[str]:
 
 
 @pytest.mark.slow
+@pytest.mark.django_db(transaction=True)  # CREATE DATABASE runs outside a transaction
 def test_the_initial_migration_creates_the_schema_of_the_migrations_it_replaced(
     empty_database: str,
 ) -> None:
