@@ -3,8 +3,11 @@ first release: run from nothing, it creates the schema they did.
 
 ``tests/project/schema/<vendor>.json`` is that schema as the earlier migrations created it
 (read back with ``tests.support.schema``, applied one after the other on an empty database),
-taken before they were replaced. Columns, types, nullability, defaults, every index with its
-partial condition or expression, every constraint and foreign key are compared.
+taken before they were replaced, under the Django version it names: the SQL text Django
+writes for a partial index's condition differs between versions (``NOT "is_complete"``,
+``"is_complete" = 0``), so other versions are not compared. Columns, types, nullability,
+defaults, every index with its partial condition or expression, every constraint and
+foreign key are compared.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import django
 import pytest
 from django.db import connection
 
@@ -51,6 +55,10 @@ def test_the_initial_migration_creates_the_schema_of_the_migrations_it_replaced(
     snapshot = SNAPSHOTS / f"{connection.vendor}.json"
     if not snapshot.exists():
         pytest.skip(f"no schema snapshot for {connection.vendor}")
+    taken = json.loads(snapshot.read_text())
+    running = ".".join(str(part) for part in django.VERSION[:2])
+    if taken["django"] != running:
+        pytest.skip(f"the schema snapshot was read under Django {taken['django']}, not {running}")
     env = {
         "DATABASE_URL": empty_database,
         "DJANGO_SETTINGS_MODULE": "tests.settings",
@@ -70,7 +78,7 @@ def test_the_initial_migration_creates_the_schema_of_the_migrations_it_replaced(
 
     assert migrated.returncode == 0, migrated.stderr
     schema: dict[str, Any] = json.loads(migrated.stdout)
-    expected: dict[str, Any] = json.loads(snapshot.read_text())
+    expected: dict[str, Any] = taken["tables"]
     assert sorted(schema) == sorted(expected)
     for table, parts in expected.items():
         assert schema[table] == parts, table
