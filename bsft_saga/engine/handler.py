@@ -340,7 +340,8 @@ def apply_kept(flow: FlowDefinition, saga_id: uuid.UUID) -> int:
 
     Run with no transaction open (after the commit that reached the step, or by the
     drain). A window that applies a kept event deletes its row in the same commit, so a
-    crash loses none: the row waits for the next drain. A failed one is logged, counted an
+    crash loses none: the row waits for the next drain, and once its claim has run out the
+    lost run counts as an attempt (``kept.claim``). A failed one is logged, counted an
     attempt and waits out the retry back-off (``DELIVERY`` ``RETRY_BACKOFF``,
     ``MAX_RETRY_DELAY``), and is dead-lettered at ``MAX_DISPATCH_ATTEMPTS``; it never fails
     the commit that reached the step. The saga's younger kept events wait behind a failing
@@ -365,9 +366,14 @@ def _apply_next(flow: FlowDefinition, saga_id: uuid.UUID) -> _Attempt:
     row = kept.next_kept(saga_id)
     if row is None:
         return _Attempt.STOPPED
-    claim = kept.claim(row, now=clock.now())
-    if claim is None:
-        return _Attempt.STOPPED  # backing off, or another process is applying it
+    claimed = kept.claim(row, now=clock.now())
+    if claimed is None:
+        return _Attempt.STOPPED  # backing off
+    if claimed.dead_lettered or claimed.unreadable:
+        return _Attempt.DEAD_LETTERED  # given up by the claim (counted and logged there)
+    if not claimed.rows:
+        return _Attempt.STOPPED  # another process is applying it
+    [row], claim = claimed.rows, claimed.token
     try:
         envelope = kept.envelope_of(row)
         with correlation_scope(envelope.correlation_id):

@@ -11,8 +11,9 @@ redelivered event is kept once, as the inbox handles it once). At most
 ``ENGINE.MAX_KEPT_EVENTS_PER_SAGA`` rows per saga (or key).
 
 A kept event is a row of the third delivery channel (:data:`KEPT`): it has the attempts,
-retry back-off, dead letter and requeue of timers and outbox rows, but it is applied to its
-one saga, never published to every receiver. Every commit that moves a saga of a flow that
+retry back-off, dead letter and requeue of timers and outbox rows, and their claim (a
+process killed while applying one is charged that attempt), but it is applied to its one
+saga, never published to every receiver. Every commit that moves a saga of a flow that
 keeps events settles its kept rows (:func:`move_on`, called by the window): a row for a step
 the saga passed goes to the next step that awaits its type, or is discarded (counted ignored,
 ``not_awaited``) if none does; a row for the step reached becomes ready
@@ -38,7 +39,9 @@ from django.db.models import Exists, F, OuterRef
 
 from bsft_saga import clock, journal, telemetry
 from bsft_saga.conf import saga_settings
+from bsft_saga.delivery import claim as delivery_claim
 from bsft_saga.delivery.channel import Channel
+from bsft_saga.delivery.claim import Claimed
 from bsft_saga.events import codec, payloads
 from bsft_saga.events.envelope import Envelope
 from bsft_saga.events.registry import event_class, event_type_of
@@ -243,22 +246,27 @@ def next_kept(saga_id: uuid.UUID) -> SagaKeptEvent | None:
     )
 
 
-def claim(row: SagaKeptEvent, *, now: datetime) -> uuid.UUID | None:
+def claim(row: SagaKeptEvent, *, now: datetime) -> Claimed[SagaKeptEvent] | None:
     """Hold ``row`` for this process while it is applied (a lease of ``CLAIM_LEASE``), if it
-    is ready and nobody holds it; return the claim's token, or ``None``."""
+    is ready and nobody holds it: the claimed row, reloaded, in ``rows``; ``None`` when it
+    is not ready.
+
+    The delivery machinery's claim of this one row, so a claim alone: a row whose previous
+    claim ran out with the row still pending (the process applying it died) is charged an
+    attempt (``ClaimAbandoned``), and at ``MAX_DISPATCH_ATTEMPTS`` it is dead-lettered
+    instead (in ``dead_lettered``): a kept event that kills every process applying it is
+    given up, not retried for ever.
+    """
     if row.next_attempt_at is None or row.next_attempt_at > now:
         return None
-    token = uuid.uuid4()
-    until = now + saga_settings.delivery.claim_lease
-    claimed = (
-        SagaKeptEvent.objects.claimable(now)
-        .filter(pk=row.pk)
-        .update(claim_token=token, claimed_until=until)
+    return delivery_claim.claim(
+        KEPT,
+        limit=1,
+        token=uuid.uuid4(),
+        now=now,
+        lease=saga_settings.delivery.claim_lease,
+        only=[row.pk],
     )
-    if not claimed:
-        return None
-    row.claim_token, row.claimed_until = token, until
-    return token
 
 
 def release(row: SagaKeptEvent, token: uuid.UUID) -> None:

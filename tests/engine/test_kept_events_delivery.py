@@ -22,6 +22,7 @@ from freezegun.api import FrozenDateTimeFactory
 
 from bsft_saga import publish
 from bsft_saga.conf import saga_settings, validate
+from bsft_saga.delivery.claim import ABANDONED
 from bsft_saga.draining import drain_pass
 from bsft_saga.engine import handler
 from bsft_saga.models import (
@@ -196,6 +197,45 @@ def test_a_failing_kept_event_backs_off_and_is_dead_lettered_then_requeued(
     assert saga.state["items"] == [7]
     assert saga.step_index == 3
     assert not SagaKeptEvent.objects.exists()
+
+
+class Killed(BaseException):
+    """The process dies while a step body runs: nothing after the claim is written."""
+
+
+def _die() -> None:
+    raise Killed
+
+
+def test_a_kept_event_that_kills_every_process_applying_it_is_dead_lettered(
+    clock: FrozenDateTimeFactory, failing: set[str]
+) -> None:
+    lease = saga_settings.delivery.claim_lease + timedelta(seconds=1)
+    with override_settings(BSFT_SAGA=RETRIES):
+        publish(Opened("k-1"))
+        publish(Item("k-1", n=1))
+        publish(Item("k-1", n=2))
+        kept_flows.ON_TAKE["k-1"] = _die
+        with pytest.raises(Killed):
+            publish(Gate("k-1"))  # the process applying the first kept item dies
+        for attempts in (1, 2):  # every process that applies it once its claim ran out
+            clock.tick(lease)
+            with pytest.raises(Killed):
+                drain_pass()
+            first = SagaKeptEvent.objects.order_by("id").first()
+            assert first is not None
+            assert (first.attempts, first.last_error) == (attempts, ABANDONED)
+
+        del kept_flows.ON_TAKE["k-1"]  # only the second item still to be applied is harmless
+        clock.tick(lease)
+        drain_pass()  # the first is given up at the limit: the second goes
+
+    [dead] = SagaKeptEvent.objects.all()
+    assert (dead.attempts, dead.last_error, dead.dead_lettered_at) == (3, ABANDONED, T0 + 3 * lease)
+    assert chain("k-1").state["items"] == [2]
+    assert saga_status().kept_dead_lettered == 1
+    [entry] = SagaJournalEntry.objects.filter(kind=JournalKind.DEAD_LETTERED)
+    assert (entry.via, entry.message_id) == (JournalVia.KEPT, dead.message_id)
 
 
 def test_requeue_by_id_names_a_row_that_is_not_dead_lettered() -> None:
