@@ -477,7 +477,7 @@ def _adopt_late(
         if step is None or not kept.adopt(saga_id, saga_type, key, now=now):
             return
         # Settled as its creation would have: rows for a step it passed move on.
-        kept.move_on(saga_id, saga_type, flow.next_awaiting, reached=step, now=now)
+        kept.move_on(saga_id, flow.next_awaiting, reached=step, now=now)
 
 
 def _new_deadline(flow: FlowDefinition, envelope: Envelope) -> datetime | None:

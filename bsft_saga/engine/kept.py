@@ -28,14 +28,14 @@ from __future__ import annotations
 
 import logging
 import uuid
-from collections import Counter
 from collections.abc import Callable, Collection
 from datetime import datetime
+from functools import partial
 from types import MappingProxyType
 from typing import Any
 
 from django.db import IntegrityError, transaction
-from django.db.models import Exists, F, OuterRef
+from django.db.models import Count, Exists, F, OuterRef
 
 from bsft_saga import clock, journal, telemetry
 from bsft_saga.conf import saga_settings
@@ -172,55 +172,53 @@ def adopt(saga_id: uuid.UUID, saga_type: str, correlation_key: str, *, now: date
 
 
 def move_on(
-    saga_id: uuid.UUID,
-    saga_type: str,
-    next_awaiting: NextAwaiting,
-    *,
-    reached: int,
-    now: datetime,
+    saga_id: uuid.UUID, next_awaiting: NextAwaiting, *, reached: int, now: datetime
 ) -> None:
     """Settle the kept rows of a saga that reaches step ``reached`` (current transaction).
 
     A row for an earlier step goes to the next step from ``reached`` on that awaits its
-    type, or is discarded (counted ignored, ``not_awaited``, once the transaction commits) if no
-    step can take it any more. The rows for ``reached`` become ready now.
+    type, or is discarded (:func:`_discard`) if no step can take it any more. The rows for
+    ``reached`` become ready now.
     """
     passed = SagaKeptEvent.objects.filter(saga_id=saga_id, step_index__lt=reached)
-    discarded = 0
+    untaken = []
     for event_type in set(passed.values_list("event_type", flat=True)):
-        rows = passed.filter(event_type=event_type)
         step = next_awaiting(reached - 1, event_type)
         if step is None:
-            discarded += _delete_counting(rows)
+            untaken.append(event_type)
         else:
-            rows.update(step_index=step, next_attempt_at=None)
+            passed.filter(event_type=event_type).update(step_index=step, next_attempt_at=None)
+    if untaken:
+        _discard(passed.filter(event_type__in=untaken))
     SagaKeptEvent.objects.pending().filter(
         saga_id=saga_id, step_index=reached, next_attempt_at__isnull=True
     ).update(next_attempt_at=now)
-    _count_after_commit(saga_type, discarded)
 
 
-def discard(saga_id: uuid.UUID, saga_type: str) -> None:
-    """Delete the kept rows of a saga completing in the current transaction; each that was
-    still to be applied is counted ignored (``not_awaited``) once that transaction commits
-    (a dead letter was counted as one already)."""
-    _count_after_commit(saga_type, _delete_counting(SagaKeptEvent.objects.filter(saga_id=saga_id)))
+def discard(saga_id: uuid.UUID) -> None:
+    """Discard the kept rows of a saga completing in the current transaction."""
+    _discard(SagaKeptEvent.objects.filter(saga_id=saga_id))
 
 
-def _delete_counting(rows: SagaKeptEventQuerySet) -> int:
-    pending = rows.pending().count()
-    rows.delete()
-    return pending
+def _discard(rows: SagaKeptEventQuerySet) -> int:
+    """Delete ``rows``, kept events no step will apply: each that was still to be applied
+    is counted ignored (``not_awaited``) once the current transaction commits (a dead
+    letter was counted as one already). Return how many rows went.
+
+    Every path that drops kept events unapplied comes here: a saga that moves past their
+    step, one that completes, a key whose saga did not start within ``KEEP_EARLY_FOR``.
+    """
+    pending = list(rows.pending().order_by().values_list("saga_type").annotate(n=Count("pk")))
+    deleted, _ = rows.delete()
+    if pending:
+        transaction.on_commit(partial(_count_discarded, pending))
+    return deleted
 
 
-def _count_after_commit(saga_type: str, discarded: int) -> None:
-    if discarded:
-        transaction.on_commit(lambda: _count_discarded(saga_type, discarded))
-
-
-def _count_discarded(saga_type: str, discarded: int) -> None:
-    for _ in range(discarded):
-        telemetry.count_ignored(saga_type, "not_awaited")
+def _count_discarded(pending: list[tuple[str, int]]) -> None:
+    for saga_type, n in pending:
+        for _ in range(n):
+            telemetry.count_ignored(saga_type, "not_awaited")
 
 
 def forget(kept_id: int) -> None:
@@ -311,18 +309,9 @@ def discard_expired(*, now: datetime, limit: int) -> int:
     """Discard up to ``limit`` events kept for a key whose saga did not start within
     ``KEEP_EARLY_FOR``; each is counted ignored (``not_awaited``). Return how many."""
     cutoff = now - saga_settings.engine.keep_early_for
-    rows = list(
-        SagaKeptEvent.objects.without_saga()
-        .filter(kept_at__lt=cutoff)
-        .order_by("kept_at")
-        .values_list("pk", "saga_type")[:limit]
-    )
-    if not rows:
-        return 0
-    deleted, _ = SagaKeptEvent.objects.without_saga().filter(pk__in=[pk for pk, _ in rows]).delete()
-    for saga_type, n in Counter(saga_type for _, saga_type in rows).items():
-        _count_discarded(saga_type, n)
-    return deleted
+    expired = SagaKeptEvent.objects.without_saga().filter(kept_at__lt=cutoff)
+    pks = list(expired.order_by("kept_at").values_list("pk", flat=True)[:limit])
+    return _discard(expired.filter(pk__in=pks)) if pks else 0
 
 
 def unadopted(*, now: datetime, limit: int) -> list[tuple[uuid.UUID, str, str, int]]:
@@ -412,7 +401,7 @@ class KeptChannel(Channel[SagaKeptEvent]):
         if row.saga is not None and row.saga.step_index == row.step_index:
             SagaKeptEvent.objects.filter(pk=row.pk).update(next_attempt_at=clock.now())
 
-    def requeue_refusal(self, row: SagaKeptEvent) -> str | None:
+    def requeue_refusal(self, row: SagaKeptEvent, user: Any) -> str | None:
         if row.saga is not None and row.saga.is_complete:
             return f"{self.describe(row)} belongs to a saga that has completed"
         return None

@@ -107,7 +107,7 @@ def _complete(instance: SagaInstance, reason: str, user: Any) -> bool:
         if not completed:
             return False
         canceled = timer_store.cancel_all(instance.pk, now=now)
-        kept.discard(instance.pk, instance.saga_type)  # events kept for a step it never runs
+        kept.discard(instance.pk)  # events kept for a step it never runs
         journal.record_action(
             instance.pk,
             JournalKind.TERMINATED,

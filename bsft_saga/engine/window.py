@@ -256,9 +256,9 @@ def _settle_kept(t: Transition) -> None:
         if t.is_new:
             kept.adopt(t.saga_id, t.saga_type, t.correlation_key, now=t.now)
         if t.completes:
-            kept.discard(t.saga_id, t.saga_type)
+            kept.discard(t.saga_id)
         elif t.is_new or t.step_index != t.step_before:
-            kept.move_on(t.saga_id, t.saga_type, t.next_awaiting, reached=t.step_index, now=t.now)
+            kept.move_on(t.saga_id, t.next_awaiting, reached=t.step_index, now=t.now)
     if t.after_commit is not None:
         transaction.on_commit(t.after_commit)
 
