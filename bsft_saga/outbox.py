@@ -94,7 +94,7 @@ class OutboxChannel(Channel[SagaOutboxMessage]):
             return None
         return journal.outbox_entry(row, kind, at=now)
 
-    def requeue_refusal(self, row: SagaOutboxMessage) -> str | None:
+    def requeue_refusal(self, row: SagaOutboxMessage, user: Any) -> str | None:
         """A message a step published is not requeued once its saga has completed after
         that step (escalated, expired, terminated): delivered now, it would act for a saga
         that has ended. What the completing step itself published (a refund, a result) is

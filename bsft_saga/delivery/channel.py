@@ -153,8 +153,9 @@ class Channel(ABC, Generic[R]):
     def after_requeue(self, row: R) -> None:
         """Runs in the savepoint that made ``row`` pending again (to touch what it belongs to)."""
 
-    def requeue_refusal(self, row: R) -> str | None:
-        """Why a dead-lettered ``row`` must not be requeued, or ``None`` to requeue it."""
+    def requeue_refusal(self, row: R, user: Any) -> str | None:
+        """Why a dead-lettered ``row`` must not be requeued at ``user``'s request (``None``:
+        code or a command), or ``None`` to requeue it."""
         return None
 
     @contextmanager

@@ -70,7 +70,7 @@ def requeue_dead_lettered(
         elif row.dead_lettered_at is None:
             reason = f"{channel.describe(row)} is not dead-lettered ({row.status().label})"
         else:
-            reason = channel.requeue_refusal(row) or _requeue_one(channel, row, user)
+            reason = channel.requeue_refusal(row, user) or _requeue_one(channel, row, user)
         if reason is None:
             requeued += 1
         else:
@@ -101,7 +101,10 @@ def _requeue_one(channel: Channel[R], row: R, user: Any) -> str | None:
     except IntegrityError:
         # A row it would collide with (a pending timer of the same name) appeared meanwhile.
         logger.info("bsft_saga: requeue of %s lost a race", channel.describe(row))
-        return channel.requeue_refusal(row) or f"{channel.describe(row)} conflicts with another row"
+        return (
+            channel.requeue_refusal(row, user)
+            or f"{channel.describe(row)} conflicts with another row"
+        )
     if not changed:
         return f"{channel.describe(row)} is no longer dead-lettered"
     return None

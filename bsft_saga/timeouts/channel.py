@@ -29,6 +29,8 @@ from bsft_saga.models import (
 )
 from bsft_saga.querysets import SagaTimeoutQuerySet
 from bsft_saga.timeouts.catch_up import select_missed
+from bsft_saga.timeouts.expedite import DEADLINE_PERMISSION, may_move_deadline
+from bsft_saga.timeouts.requests import DEADLINE_TIMER_NAME
 
 
 class TimerChannel(Channel[SagaTimeout]):
@@ -165,8 +167,15 @@ class TimerChannel(Channel[SagaTimeout]):
         its version check and re-reads."""
         SagaInstance.objects.filter(pk=row.saga_id).update(version=F("version") + 1)
 
-    def requeue_refusal(self, row: SagaTimeout) -> str | None:
-        """A timer is not requeued into a saga that could not take it any more."""
+    def requeue_refusal(self, row: SagaTimeout, user: Any) -> str | None:
+        """A timer is not requeued into a saga that could not take it any more, nor a
+        deadline timer for a ``user`` who may not move the deadline: requeued past its due
+        time, it fires at the next pass and runs the flow's ``on_expired``."""
+        if row.name == DEADLINE_TIMER_NAME and not may_move_deadline(user):
+            return (
+                f"{self.describe(row)} expires its saga when it fires: requeueing it needs "
+                f"the permission {DEADLINE_PERMISSION}"
+            )
         saga = row.saga
         if saga.is_complete:
             return (

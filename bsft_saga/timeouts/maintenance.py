@@ -15,8 +15,6 @@ from bsft_saga.delivery import requeue
 from bsft_saga.delivery.requeue import RequeueReport
 from bsft_saga.progress import Progress
 from bsft_saga.timeouts.channel import TIMERS
-from bsft_saga.timeouts.expedite import DEADLINE_PERMISSION, may_move_deadline
-from bsft_saga.timeouts.requests import DEADLINE_TIMER_NAME
 
 __all__ = ["RequeueReport", "requeue_dead_lettered"]
 
@@ -33,30 +31,9 @@ def requeue_dead_lettered(
     (``scope="step"`` and the saga moved on: it would wake a later step), or when the saga
     already has a pending timer of the same name. A saga's deadline timer
     (``bsft_saga.deadline``), requeued past its due time, fires at the next pass and runs
-    ``on_expired``: from a ``user`` without ``DEADLINE_PERMISSION`` it is refused, as firing
-    it now is. Each requeue is audited under ``user`` (``None``: code or a command). See
+    ``on_expired``: from a ``user`` without ``expedite.DEADLINE_PERMISSION`` it is refused,
+    as firing it now is. Each requeue is audited under ``user`` (``None``: code or a command). See
     ``bsft_saga.delivery.requeue``, also for ``progress``.
     """
     wanted = None if ids is None else [int(pk) for pk in ids]
-    if may_move_deadline(user):
-        return requeue.requeue_dead_lettered(TIMERS, wanted, user=user, progress=progress)
-    deadlines = TIMERS.all_rows().filter(name=DEADLINE_TIMER_NAME).dead_lettered()
-    if wanted is not None:
-        deadlines = deadlines.filter(pk__in=wanted)
-    held_back = {
-        row.pk: f"{TIMERS.describe(row)} expires its saga when it fires: requeueing it needs "
-        f"the permission {DEADLINE_PERMISSION}"
-        for row in deadlines.select_related("saga")
-    }
-    if wanted is None:
-        rest = list(
-            TIMERS.all_rows()
-            .dead_lettered()
-            .exclude(pk__in=held_back)
-            .order_by("dead_lettered_at", "pk")
-            .values_list("pk", flat=True)
-        )
-    else:
-        rest = [pk for pk in wanted if pk not in held_back]
-    report = requeue.requeue_dead_lettered(TIMERS, rest, user=user, progress=progress)
-    return RequeueReport(requeued=report.requeued, refused=[*held_back.items(), *report.refused])
+    return requeue.requeue_dead_lettered(TIMERS, wanted, user=user, progress=progress)

@@ -34,6 +34,7 @@ from bsft_saga.outbox import deliver_pending
 from bsft_saga.outbox import requeue_dead_lettered as requeue_outbox
 from bsft_saga.timeouts import drain_due
 from bsft_saga.timeouts.maintenance import requeue_dead_lettered
+from bsft_saga.timeouts.requests import DEADLINE_TIMER_NAME
 from tests.testapp.engine_events import Unrouted
 from tests.testapp.ops_flows import make_saga, make_timeout
 from tests.testapp.timer_events import (
@@ -157,6 +158,24 @@ def test_the_command_requeues_the_others_names_the_stale_timer_and_fails() -> No
     assert "which has ended" in err.getvalue()
     assert _dead(stale)
     assert not _dead(fine)
+
+
+def test_a_deadline_timer_refused_to_an_operator_keeps_its_place_among_the_refusals() -> None:
+    # Requeued past its due time, the deadline timer fires at the next pass and expires its
+    # saga; its refusal takes its place among the others, as every refusal does.
+    saga = make_saga("dl-moved-on")
+    stale = make_timeout(saga, outcome=DEAD)
+    _moved_on(saga)
+    deadline = make_timeout(make_saga("dl-requeue"), DEADLINE_TIMER_NAME, outcome=DEAD)
+    operator = User.objects.create_user("dl-operator")
+
+    refused = requeue_dead_lettered([stale.pk, deadline.pk], user=operator)
+
+    assert refused.requeued == 0
+    assert [pk for pk, _reason in refused.refused] == [stale.pk, deadline.pk]
+    assert "needs the permission bsft_saga.terminate_saga" in refused.refused[1][1]
+    assert _dead(deadline)
+    assert requeue_dead_lettered([deadline.pk]).requeued == 1  # code or a command may
 
 
 def _staff(*codenames: str) -> Client:

@@ -163,9 +163,11 @@ def test_requeue_losing_a_race_with_a_schedule_is_a_refusal(monkeypatch: Any) ->
     real_check = TimerChannel.requeue_refusal
     calls: list[int] = []
 
-    def check_before_the_schedule_landed(channel: TimerChannel, row: SagaTimeout) -> str | None:
+    def check_before_the_schedule_landed(
+        channel: TimerChannel, row: SagaTimeout, user: Any
+    ) -> str | None:
         calls.append(row.pk)
-        return None if len(calls) == 1 else real_check(channel, row)
+        return None if len(calls) == 1 else real_check(channel, row, user)
 
     monkeypatch.setattr(TimerChannel, "requeue_refusal", check_before_the_schedule_landed)
 
