@@ -141,24 +141,25 @@ def _apply(
     flow: FlowDefinition,
     envelope: Envelope,
     plan: Callable[[], _Planned],
-) -> None:
-    """Plan against the current row, run, commit; re-plan after losing a version race."""
+) -> _Planned:
+    """Plan against the current row, run, commit; re-plan after losing a version race.
+    Return the plan carried out."""
     retries = saga_settings.engine.max_conflict_retries
     key = ""
     for attempt in range(retries + 1):
         planned = _fresh(flow, envelope, plan)
         if planned is None:
-            return  # another definition (the instance's own version) takes the event
+            return None  # another definition (the instance's own version) takes the event
         if isinstance(planned, _Ignored):
             _ignore(flow, envelope, planned)
-            return
+            return planned
         key = planned.correlation_key
         try:
             if isinstance(planned, _Keep | _KeepForKey):
                 _keep(flow, planned, envelope)
             else:
                 _run_and_commit(flow, planned, envelope)
-            return
+            return planned
         except (window.VersionConflict, kept.LostRace):
             _back_off(attempt)
     raise SagaConcurrencyError(
@@ -377,7 +378,7 @@ def _apply_next(flow: FlowDefinition, saga_id: uuid.UUID) -> _Attempt:
     try:
         envelope = kept.envelope_of(row)
         with correlation_scope(envelope.correlation_id):
-            _apply(flow, envelope, partial(_plan_kept, flow, row, envelope))
+            planned = _apply(flow, envelope, partial(_plan_kept, flow, row, envelope))
     except Exception as exc:
         if lost_the_connection(exc):
             raise
@@ -395,15 +396,19 @@ def _apply_next(flow: FlowDefinition, saga_id: uuid.UUID) -> _Attempt:
             telemetry.count(kept.KEPT.dead_lettered_counter, flow.saga_type)
             return _Attempt.DEAD_LETTERED
         return _Attempt.STOPPED
-    if SagaKeptEvent.objects.filter(pk=row.pk).exists():
-        kept.release(row, claim)  # not applied (its saga moved on meanwhile): stays
-        return _Attempt.STOPPED
-    return _Attempt.APPLIED
+    duplicate = isinstance(planned, _Ignored) and planned.reason == "duplicate"
+    if isinstance(planned, _Plan) or duplicate:
+        return _Attempt.APPLIED  # its row went: with the window, or as a duplicate
+    kept.release(row, claim)  # not applied (its saga moved on meanwhile): stays
+    return _Attempt.STOPPED
 
 
 def _plan_kept(
     flow: FlowDefinition, row: SagaKeptEvent, envelope: Envelope
 ) -> _Plan | _Ignored | None:
+    """What applying the kept ``row`` does: a plan whose window deletes the row; the row
+    dropped as a duplicate (its saga handled the message already); or it stays (``None``,
+    ``no_instance``): its saga moved on meanwhile."""
     key = row.correlation_key
     instance = lookup.instance_for(flow.saga_type, key, envelope.message_id, or_finished=False)
     if instance is None or instance.pk != row.saga_id:

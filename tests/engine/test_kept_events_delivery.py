@@ -298,6 +298,26 @@ def test_the_admin_lists_one_sagas_kept_events_and_requeues_them(failing: set[st
     assert chain("a-1").state["items"] == [3]
 
 
+def test_a_kept_event_its_saga_handled_meanwhile_is_dropped_and_the_next_one_applied(
+    ignored: list[tuple[str, str]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    publish(Opened("d-1"))
+    first = publish(Item("d-1", n=1))
+    publish(Item("d-1", n=2))
+    with monkeypatch.context() as patched:
+        patched.setattr(handler, "apply_kept", lambda flow, saga_id: 0)
+        publish(Gate("d-1"))  # the process dies before it applies the kept items
+    ignored.clear()
+
+    # The first item is redelivered and handled at the step; its kept row is a duplicate.
+    publish(Item("d-1", n=1), message_id=first.message_id)
+
+    assert chain("d-1").state["items"] == [1, 2]
+    assert chain("d-1").is_complete
+    assert not SagaKeptEvent.objects.exists()
+    assert ignored == [(ChainFlow.saga_type, "duplicate")]
+
+
 # -- one saga's apply leaves no other saga's kept events behind ------------------------------
 
 
