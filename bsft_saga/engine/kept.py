@@ -238,7 +238,6 @@ def next_kept(saga_id: uuid.UUID) -> SagaKeptEvent | None:
     return (
         SagaKeptEvent.objects.pending()
         .filter(saga_id=saga_id, saga__is_complete=False, saga__step_index=F("step_index"))
-        .select_related("saga")
         .order_by("kept_at", "id")
         .first()
     )
@@ -372,6 +371,11 @@ class KeptChannel(Channel[SagaKeptEvent]):
 
     def delivered(self, now: datetime) -> dict[str, Any]:
         raise NotImplementedError("an applied kept event is deleted by the window applying it")
+
+    def load_related(self, rows: list[SagaKeptEvent]) -> dict[Any, Any]:
+        """Nothing: a claimed kept event is applied by its saga's own loop, whose plan reads
+        the saga afresh (a requeue loads it, through ``related``)."""
+        return {}
 
     def envelope(self, row: SagaKeptEvent, token: Any) -> Envelope:
         return envelope_of(row)
