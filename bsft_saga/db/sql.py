@@ -26,14 +26,7 @@ from contextlib import nullcontext
 from functools import cache, lru_cache
 from typing import Any, TypeVar
 
-from django.db import (
-    DEFAULT_DB_ALIAS,
-    IntegrityError,
-    connection,
-    connections,
-    models,
-    transaction,
-)
+from django.db import DEFAULT_DB_ALIAS, connection, connections, models, transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.models.base import ModelState
 from django.db.models.fields import Field
@@ -43,6 +36,7 @@ __all__ = [
     "attnames",
     "insert",
     "insert_together",
+    "insert_unless_present",
     "loaded",
     "select",
     "select_one",
@@ -82,21 +76,15 @@ def insert_unless_present(model: type[models.Model], row: Mapping[str, Any]) -> 
     """INSERT ``row`` unless a row with its primary key (or another unique value of it)
     exists; return whether it was written.
 
-    One statement on PostgreSQL and SQLite (``ON CONFLICT DO NOTHING``: no error, so the
-    caller's transaction goes on); elsewhere the INSERT in a savepoint of its own.
+    One statement, ``INSERT ... ON CONFLICT DO NOTHING`` (PostgreSQL and SQLite, the
+    backends bsft_saga runs on): a row already there raises nothing, so the caller's
+    transaction goes on.
     """
     db = _db()
     ((sql, params),) = _insert_statements(model, [row], db)
-    if db.vendor in ("postgresql", "sqlite"):
-        with db.cursor() as cursor:
-            cursor.execute(f"{sql} ON CONFLICT DO NOTHING", params)
-            return bool(cursor.rowcount)
-    try:
-        with transaction.atomic(using=db.alias), db.cursor() as cursor:
-            cursor.execute(sql, params)
-    except IntegrityError:
-        return False
-    return True
+    with db.cursor() as cursor:
+        cursor.execute(f"{sql} ON CONFLICT DO NOTHING", params)
+        return bool(cursor.rowcount)
 
 
 def _insert_statements(
