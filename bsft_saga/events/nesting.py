@@ -14,6 +14,9 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 
+from bsft_saga.conf import saga_settings
+from bsft_saga.exceptions import PublishDepthExceeded
+
 _depth: ContextVar[int] = ContextVar("bsft_saga_delivery_depth", default=0)
 
 
@@ -35,9 +38,6 @@ def depth() -> int:
 def check(where: str, event_type: str) -> None:
     """Raise ``PublishDepthExceeded`` if the delivery of ``event_type`` to the step ``where``
     names is nested deeper than ``BSFT_SAGA["ENGINE"]["MAX_PUBLISH_DEPTH"]``."""
-    from bsft_saga.conf import saga_settings
-    from bsft_saga.exceptions import PublishDepthExceeded
-
     current = _depth.get()
     limit = saga_settings.engine.max_publish_depth
     if current > limit:
