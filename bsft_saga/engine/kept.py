@@ -35,7 +35,7 @@ from types import MappingProxyType
 from typing import Any
 
 from django.db import IntegrityError, transaction
-from django.db.models import Count, Exists, F, OuterRef
+from django.db.models import Count, F, OuterRef, Subquery
 
 from bsft_saga import clock, journal, telemetry
 from bsft_saga.conf import saga_settings
@@ -321,23 +321,20 @@ def unadopted(*, now: datetime, limit: int) -> list[tuple[uuid.UUID, str, str, i
     active = SagaInstance.objects.active().filter(
         saga_type=OuterRef("saga_type"), correlation_key=OuterRef("correlation_key")
     )
-    keys = set(
+    # One statement, down the index of rows without a saga; a key has one active saga.
+    found = (
         SagaKeptEvent.objects.without_saga()
         .filter(kept_at__gte=since)
-        .filter(Exists(active))
-        .values_list("saga_type", "correlation_key")[:limit]
-    )
-    found = []
-    for saga_type, key in keys:
-        instance = (
-            SagaInstance.objects.active()
-            .for_key(saga_type, key)
-            .values_list("pk", "flow_version")
-            .first()
+        .annotate(
+            owner=Subquery(active.values("pk")[:1]),
+            owner_version=Subquery(active.values("flow_version")[:1]),
         )
-        if instance is not None:
-            found.append((instance[0], saga_type, key, instance[1]))
-    return found
+        .filter(owner__isnull=False)
+        .order_by()
+        .values_list("owner", "saga_type", "correlation_key", "owner_version")
+        .distinct()[:limit]
+    )
+    return list(found)
 
 
 # -- the channel -----------------------------------------------------------------------------
