@@ -448,7 +448,7 @@ def apply_stragglers(*, limit: int = 100) -> int:
     # Sagas whose kept event failed take no place: the pass reads the next ready ones, up
     # to ``limit`` sagas applied (and at most four times as many tried).
     while len(tried) < limit * 4:
-        sagas = [s for s in kept.ready_sagas(limit, now=now, skip=tried) if s[0] not in tried]
+        sagas = kept.ready_sagas(limit, now=now, skip=tried)
         if not sagas:
             break
         for saga_id, saga_type, flow_version in sagas:
