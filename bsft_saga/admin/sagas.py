@@ -28,7 +28,9 @@ from django.contrib.admin.utils import flatten_fieldsets
 from django.db.models import Model, QuerySet
 from django.http import HttpRequest, HttpResponse
 from django.urls import reverse
+from django.utils.functional import Promise
 from django.utils.html import format_html
+from django.utils.http import urlencode
 from django.utils.safestring import SafeString
 from django.utils.translation import gettext_lazy as _
 from django.utils.translation import ngettext
@@ -395,9 +397,9 @@ class SagaInstanceAdmin(JournalHistoryMixin, TerminateSagasAction, ReadOnlyAdmin
     @admin.display(description=_("timers"))
     def timers(self, obj: SagaInstance) -> SafeString:
         total = obj.timeouts.count()
-        url = reverse(f"{self.admin_site.name}:bsft_saga_sagatimeout_changelist")
-        return format_html(
-            '{} <a href="{}?saga__id__exact={}">{}</a>',
+        return self._saga_rows_link(
+            obj,
+            "sagatimeout",
             ngettext(
                 "%(total)d timer in all; the list below shows every pending one and the "
                 "%(retired)d most recently retired.",
@@ -406,8 +408,6 @@ class SagaInstanceAdmin(JournalHistoryMixin, TerminateSagasAction, ReadOnlyAdmin
                 total,
             )
             % {"total": total, "retired": RETIRED_TIMERS_LISTED},
-            url,
-            obj.pk,
             _("All timers of this saga"),
         )
 
@@ -417,9 +417,9 @@ class SagaInstanceAdmin(JournalHistoryMixin, TerminateSagasAction, ReadOnlyAdmin
         total = _listed_counts(obj).kept
         if not total:
             return str(_("None."))
-        url = reverse(f"{self.admin_site.name}:bsft_saga_sagakeptevent_changelist")
-        return format_html(
-            '{} <a href="{}?saga__id__exact={}">{}</a>',
+        return self._saga_rows_link(
+            obj,
+            "sagakeptevent",
             _capped(
                 total,
                 ngettext(
@@ -433,8 +433,6 @@ class SagaInstanceAdmin(JournalHistoryMixin, TerminateSagasAction, ReadOnlyAdmin
                     total,
                 ),
             ),
-            url,
-            obj.pk,
             _("All kept events of this saga"),
         )
 
@@ -444,9 +442,9 @@ class SagaInstanceAdmin(JournalHistoryMixin, TerminateSagasAction, ReadOnlyAdmin
         total = _listed_counts(obj).delayed
         if not total:
             return str(_("None waiting."))
-        url = reverse(f"{self.admin_site.name}:bsft_saga_sagaoutboxmessage_changelist")
-        return format_html(
-            '{} <a href="{}?saga__id__exact={}&amp;status={}">{}</a>',
+        return self._saga_rows_link(
+            obj,
+            "sagaoutboxmessage",
             _capped(
                 total,
                 ngettext(
@@ -463,11 +461,23 @@ class SagaInstanceAdmin(JournalHistoryMixin, TerminateSagasAction, ReadOnlyAdmin
                     total,
                 ),
             ),
-            url,
-            obj.pk,
-            DeliveryStatus.WAITING.value,
             _("All delayed messages of this saga"),
+            status=DeliveryStatus.WAITING.value,
         )
+
+    def _saga_rows_link(
+        self,
+        obj: SagaInstance,
+        model_name: str,
+        summary: str,
+        link_text: str | Promise,
+        **filters: str,
+    ) -> SafeString:
+        """``summary``, then a link to the admin's list of ``model_name`` rows of ``obj``
+        (narrowed by ``filters``, e.g. ``status=``), which holds those the page leaves out."""
+        url = reverse(f"{self.admin_site.name}:bsft_saga_{model_name}_changelist")
+        query = urlencode({"saga__id__exact": str(obj.pk), **filters})
+        return format_html('{} <a href="{}?{}">{}</a>', summary, url, query, link_text)
 
 
 @dataclass(frozen=True)
