@@ -190,6 +190,16 @@ class DeliveryRow(models.Model):
             "no reporting dispatcher did (a test harness, code calling a drain)."
         ),
     )
+    trace_context = models.JSONField(
+        _("trace context"),
+        null=True,
+        blank=True,
+        editable=False,
+        help_text=_(
+            "The W3C trace context (traceparent and, when set, tracestate) of the code "
+            "that wrote the row; null when no tracer provider was installed."
+        ),
+    )
 
     class Meta:
         abstract = True

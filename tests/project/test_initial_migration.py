@@ -84,6 +84,10 @@ def test_the_initial_migration_creates_the_schema_of_the_migrations_it_replaced(
         assert schema[table] == parts, table
 
 
-def test_bsft_saga_has_one_migration() -> None:
+def test_bsft_saga_has_one_initial_migration_and_the_others_follow_it() -> None:
     migrations = sorted(p.name for p in (ROOT / "bsft_saga" / "migrations").glob("0*.py"))
-    assert migrations == ["0001_initial.py"]
+    assert migrations[0] == "0001_initial.py"
+    initial = [name for name in migrations if "initial" in name]
+    assert initial == ["0001_initial.py"]
+    numbers = [int(name[:4]) for name in migrations]
+    assert numbers == list(range(1, len(migrations) + 1))
