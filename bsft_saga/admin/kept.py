@@ -19,6 +19,7 @@ from django.utils.safestring import SafeString
 from django.utils.translation import gettext_lazy as _
 from django.utils.translation import ngettext
 
+from bsft_saga import kept
 from bsft_saga.admin.claimers import ClaimerFieldsMixin
 from bsft_saga.admin.sagas import (
     DeliveryStatusFilter,
@@ -28,7 +29,6 @@ from bsft_saga.admin.sagas import (
     link_to_saga,
     report_requeue,
 )
-from bsft_saga.engine import kept
 from bsft_saga.models import SagaInstance, SagaKeptEvent
 from bsft_saga.querysets import KEPT_STATUSES
 

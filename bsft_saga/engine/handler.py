@@ -23,14 +23,14 @@ from typing import Any
 from asgiref.sync import async_to_sync
 from django.db import transaction
 
-from bsft_saga import clock, telemetry
+from bsft_saga import clock, kept, telemetry
 from bsft_saga.conf import saga_settings
 from bsft_saga.correlation import correlation_scope
 from bsft_saga.db.datetimes import storable
 from bsft_saga.delivery import staging
 from bsft_saga.delivery.failures import failure_reason, lost_the_connection, record_failure
 from bsft_saga.delivery.report import Outcome
-from bsft_saga.engine import kept, lookup, window
+from bsft_saga.engine import lookup, window
 from bsft_saga.engine.context import SagaContext
 from bsft_saga.engine.deadlines import DeadlineExpired
 from bsft_saga.events import codec, nesting

@@ -13,10 +13,9 @@ from typing import Any
 
 from django.db import transaction
 
-from bsft_saga import clock, journal, telemetry
+from bsft_saga import clock, journal, kept, telemetry
 from bsft_saga.audit import TERMINATED, get_audit_recorder
 from bsft_saga.conf import saga_settings
-from bsft_saga.engine import kept
 from bsft_saga.models import JournalKind, SagaInstance
 from bsft_saga.timeouts import store as timer_store
 

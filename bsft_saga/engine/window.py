@@ -30,10 +30,9 @@ from typing import Any
 
 from django.db import IntegrityError, transaction
 
-from bsft_saga import journal, outbox, telemetry
+from bsft_saga import journal, kept, outbox, telemetry
 from bsft_saga.db import sql
 from bsft_saga.delivery import staging
-from bsft_saga.engine import kept
 from bsft_saga.engine.context import StepEffects
 from bsft_saga.events.envelope import Envelope
 from bsft_saga.models import (

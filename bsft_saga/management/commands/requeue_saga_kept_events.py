@@ -8,7 +8,7 @@ from typing import Any
 from django.core.management.base import CommandError, CommandParser
 
 from bsft_saga.delivery.requeue import RequeueReport
-from bsft_saga.engine.kept import requeue_dead_lettered
+from bsft_saga.kept import requeue_dead_lettered
 from bsft_saga.management import arguments
 from bsft_saga.management.requeueing import RequeueCommand
 from bsft_saga.progress import Progress
