@@ -5,7 +5,7 @@ observable gauges of :mod:`bsft_saga.telemetry` all read them from here. Every q
 count or a ``MIN`` over a partial index of the rows that are still in play (pending timers,
 undelivered and dead-lettered rows, active instances), so the numbers stay cheap however
 many retired timers, delivered outbox rows and completed instances the tables keep; the
-plans are shown in docs/operations.md and pinned by tests/operations/test_status.py. The
+plans are shown in docs/operations.md and pinned by tests/test_status.py. The
 dispatchers' heartbeats (:mod:`bsft_saga.dispatchers`) are one more query, of a small table.
 """
 

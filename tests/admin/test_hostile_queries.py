@@ -29,7 +29,7 @@ from django.test import Client
 
 from bsft_saga.api.filters import SagaInstanceFilter
 from bsft_saga.models import SagaAuditRecord, SagaInstance, SagaTimeout
-from tests.engine.test_stored_datetimes import store_unreadable
+from tests.db.test_datetimes import store_unreadable
 from tests.support.admin import (
     SECRET,
     VIEW_ALL,

@@ -29,7 +29,7 @@ from bsft_saga.models import (
 )
 from bsft_saga.timeouts import drain_due
 from tests.api.test_api_timeouts import READ, VIEW, client_with
-from tests.engine.test_stored_datetimes import store_unreadable
+from tests.db.test_datetimes import store_unreadable
 from tests.support.journal_rows import (
     advanced_by_timer,
     entry,

@@ -22,7 +22,7 @@ from django.test import override_settings
 from bsft_saga import clock
 from bsft_saga.models import SagaAuditRecord, SagaInstance, SagaTimeout, TimeoutOutcome
 from bsft_saga.tasks import purge_saga_data as purge_task
-from tests.operations.test_commands import last_line, run
+from tests.management.test_commands import last_line, run
 from tests.support.retention_rows import audit_record, outbox_row, saga
 from tests.testapp.ops_flows import REMINDER_SAGA_TYPE, make_timeout
 

@@ -1,5 +1,5 @@
 """Flows beyond a straight line: a wait that keeps early events, and one that runs a body
-meanwhile (docs/flows.md, tests/engine/test_kept_events.py, tests/flows/test_meanwhile.py)."""
+meanwhile (docs/flows.md, tests/kept/test_kept_events.py, tests/flows/test_meanwhile.py)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """Flows that keep early events: a chain of keeping steps, and a wait that keeps an event
-arriving before its saga starts (tests/engine/test_kept_events_delivery.py)."""
+arriving before its saga starts (tests/kept/test_kept_events_delivery.py)."""
 
 from __future__ import annotations
 

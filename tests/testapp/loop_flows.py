@@ -1,7 +1,7 @@
 """Flows whose steps publish an event that reaches the same saga again, synchronously: a
 ``meanwhile`` body that answers ``Echo`` with ``Echo`` (through ``ctx.publish``, delivered
 after the window commits) and one that answers ``Shout`` with ``publish(Shout)`` from the
-body (tests/engine/test_publish_depth.py)."""
+body (tests/events/test_nesting.py)."""
 
 from __future__ import annotations
 

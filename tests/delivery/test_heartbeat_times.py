@@ -4,7 +4,7 @@ moment stored out of range (year 10000 on PostgreSQL, written with raw SQL; its 
 SQLite) never fails ``saga_status``, ``GET status/`` or the admin's status panel.
 
 The status judges at ``NOW`` with the default ``STALE_AFTER`` of the test settings (a
-minute); tests/operations/test_dispatchers.py has the heartbeats of dispatchers that behave.
+minute); tests/test_dispatchers.py has the heartbeats of dispatchers that behave.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from bsft_saga.models import DispatcherKind, SagaDispatcher, SagaOutboxMessage, 
 from bsft_saga.retention import purge_saga_data
 from bsft_saga.status import saga_status
 from tests.admin.test_admin import _user
-from tests.engine.test_stored_datetimes import UNREADABLE
+from tests.db.test_datetimes import UNREADABLE
 from tests.testapp.ops_flows import make_saga, make_timeout
 
 pytestmark = pytest.mark.django_db

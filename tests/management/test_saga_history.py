@@ -19,7 +19,7 @@ from bsft_saga import publish
 from bsft_saga.history import ENTRY_FIELDS
 from bsft_saga.models import JournalKind, SagaInstance, SagaJournalEntry
 from bsft_saga.timeouts import drain_due
-from tests.engine.test_stored_datetimes import store_unreadable
+from tests.db.test_datetimes import store_unreadable
 from tests.support.journal_rows import (
     advanced_by_timer,
     entry,

@@ -1,6 +1,6 @@
 """``apublish``: publishing from async code, such as an ASGI view under ``AsyncClient``.
 
-This module is also the URLconf of its view tests (``ROOT_URLCONF="tests.engine.test_apublish"``).
+This module is also the URLconf of its view tests (``ROOT_URLCONF="tests.test_publishing"``).
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ async def place_order(request: HttpRequest, order_id: str) -> JsonResponse:
 urlpatterns = [path("orders/<str:order_id>/", place_order)]
 
 
-@override_settings(ROOT_URLCONF="tests.engine.test_apublish")
+@override_settings(ROOT_URLCONF="tests.test_publishing")
 def test_an_async_view_publishes_and_the_step_runs_before_the_response() -> None:
     response = async_to_sync(AsyncClient().post)(
         "/orders/o-async/", headers={"X-Correlation-ID": "req-async-1"}

@@ -314,14 +314,14 @@ def test_get_calendar_follows_override_settings() -> None:
 
 def test_a_custom_backend_gets_its_options_and_is_cached_per_configuration() -> None:
     CountingCalendar.built = 0
-    spec = {"BACKEND": "tests.timers.test_calendars.CountingCalendar", "OPTIONS": {"colour": "red"}}
+    spec = {"BACKEND": "tests.test_calendars.CountingCalendar", "OPTIONS": {"colour": "red"}}
     with override_settings(BSFT_SAGA=calendars_setting(custom=spec)):
         first = get_calendar("custom")
         assert get_calendar("custom") is first
         assert isinstance(first, CountingCalendar)
         assert first.options == {"colour": "red"}
     other = {
-        "BACKEND": "tests.timers.test_calendars.CountingCalendar",
+        "BACKEND": "tests.test_calendars.CountingCalendar",
         "OPTIONS": {"colour": "blue"},
     }
     with override_settings(BSFT_SAGA=calendars_setting(custom=other)):
@@ -379,7 +379,7 @@ def test_an_unimportable_backend_is_improperly_configured() -> None:
 
 
 def test_a_backend_that_is_not_a_calendar_is_improperly_configured() -> None:
-    setting = calendars_setting(broken={"BACKEND": "tests.timers.test_calendars.NotACalendar"})
+    setting = calendars_setting(broken={"BACKEND": "tests.test_calendars.NotACalendar"})
     with (
         override_settings(BSFT_SAGA=setting),
         pytest.raises(ImproperlyConfigured, match="did not build a business calendar"),

@@ -82,10 +82,10 @@ BROKEN_APPS = [
     FakeAppConfig(
         "orders",
         [
-            "tests.operations.test_checks.HealthyFlow",
+            "tests.test_checks.HealthyFlow",
             "tests.nowhere.flows.MissingFlow",  # E010: cannot be imported
             "tests.testapp.events.OrderPlaced",  # E010: not a SagaFlow
-            "tests.operations.test_checks.NoStartStepFlow",  # E011: configure() is wrong
+            "tests.test_checks.NoStartStepFlow",  # E011: configure() is wrong
         ],
     ),
     FakeAppConfig(
@@ -154,7 +154,7 @@ def test_a_flow_whose_configure_fails_is_e011_naming_the_flow() -> None:
     registry = loaded([FakeAppConfig("orders", [NoStartStepFlow, ExplodingConfigureFlow])])
     no_start, exploding = registry.problems
     assert (no_start.check_id, exploding.check_id) == ("bsft_saga.E011", "bsft_saga.E011")
-    assert "tests.operations.test_checks.NoStartStepFlow" in no_start.message
+    assert "tests.test_checks.NoStartStepFlow" in no_start.message
     assert "no start step" in no_start.message
     assert "needs a settings value" in exploding.message
     assert exploding.obj is ExplodingConfigureFlow
@@ -165,13 +165,11 @@ def test_two_flows_with_one_saga_type_are_e012_and_the_first_one_stays() -> None
     registry = loaded([FakeAppConfig("orders", [HealthyFlow, SameSagaTypeFlow])])
     [problem] = registry.problems
     assert problem.check_id == "bsft_saga.E012"
-    assert "tests.operations.test_checks.SameSagaTypeFlow" in problem.message
-    assert "tests.operations.test_checks.HealthyFlow" in problem.message
+    assert "tests.test_checks.SameSagaTypeFlow" in problem.message
+    assert "tests.test_checks.HealthyFlow" in problem.message
     assert "'tests.checks.healthy'" in problem.message
     assert problem.hint
-    assert (
-        registry.get("tests.checks.healthy").flow_name == "tests.operations.test_checks.HealthyFlow"
-    )
+    assert registry.get("tests.checks.healthy").flow_name == "tests.test_checks.HealthyFlow"
 
 
 def test_reloading_the_registry_forgets_earlier_flows_and_problems() -> None:

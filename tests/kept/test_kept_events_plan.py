@@ -8,8 +8,7 @@ from typing import Any
 import pytest
 from django.db import connection, transaction
 
-from bsft_saga import publish
-from bsft_saga.engine import kept
+from bsft_saga import kept, publish
 from bsft_saga.models import SagaInstance, SagaKeptEvent
 from tests.support.services import require_postgres_backend
 from tests.support.timer_fixtures import T0

@@ -34,7 +34,7 @@ from bsft_saga.timeouts import drain_due
 from bsft_saga.timeouts.channel import TIMERS
 from bsft_saga.timeouts.levers import RescheduleReport, cancel_timers, reschedule_timer
 from bsft_saga.timeouts.requests import DEADLINE_TIMER_NAME
-from tests.operations.test_commands import completed, run, start_reminders
+from tests.management.test_commands import completed, run, start_reminders
 from tests.support.timer_fixtures import T0
 from tests.testapp.ops_events import ReminderDue
 from tests.testapp.ops_flows import REMINDER_SAGA_TYPE, make_saga, make_timeout

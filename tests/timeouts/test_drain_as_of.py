@@ -10,7 +10,7 @@ from django.core.management import CommandError
 from django.test import override_settings
 
 from bsft_saga import clock, publish
-from tests.operations.test_commands import TOTALS, completed, last_line, run
+from tests.management.test_commands import TOTALS, completed, last_line, run
 from tests.testapp.ops_events import ReminderRequested
 
 pytestmark = pytest.mark.django_db
