@@ -23,7 +23,7 @@ TERMINATED = "saga.instance.terminated"
 FIRED_NOW = "saga.timeout.fire-now"
 #: An operator returned a dead-lettered timer / outbox row to delivery (the admin actions
 #: ``requeue_dead_lettered``, ``requeue_saga_timeouts``, ``requeue_saga_outbox``).
-TIMEOUT_REQUEUED = "saga.timeout.requeued"
+TIMER_REQUEUED = "saga.timeout.requeued"
 OUTBOX_REQUEUED = "saga.outbox.requeued"
 KEPT_REQUEUED = "saga.kept.requeued"
 #: An operator canceled a pending timer / moved it to another due time
@@ -32,7 +32,7 @@ TIMER_CANCELED = "saga.timeout.canceled"
 TIMER_RESCHEDULED = "saga.timeout.rescheduled"
 #: The action a requeue records, by the requeued row's model label.
 REQUEUED = {
-    "bsft_saga.SagaTimeout": TIMEOUT_REQUEUED,
+    "bsft_saga.SagaTimeout": TIMER_REQUEUED,
     "bsft_saga.SagaOutboxMessage": OUTBOX_REQUEUED,
     "bsft_saga.SagaKeptEvent": KEPT_REQUEUED,
 }

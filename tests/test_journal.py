@@ -25,8 +25,8 @@ from bsft_saga.models import (
     TimeoutOutcome,
 )
 from bsft_saga.timeouts import drain_due
+from bsft_saga.timeouts.edits import cancel_timers, reschedule_timer
 from bsft_saga.timeouts.expedite import fire_now
-from bsft_saga.timeouts.levers import cancel_timers, reschedule_timer
 from bsft_saga.timeouts.maintenance import requeue_dead_lettered
 from bsft_saga.timeouts.requests import DEADLINE_TIMER_NAME
 from tests.support.receivers import receiving

@@ -7,9 +7,9 @@
   ``with_deadline`` timer also needs ``bsft_saga.terminate_saga``, since firing it runs
   ``on_expired``): makes the selected pending timers due now
   (:func:`bsft_saga.timeouts.expedite.fire_now`).
-- :class:`TimerLeversAction` (``cancel_timeouts`` and ``reschedule_timeout``, permission
+- :class:`CancelAndRescheduleActions` (``cancel_timeouts`` and ``reschedule_timeout``, permission
   ``bsft_saga.change_sagatimeout``): cancel the selected pending timers, or move one to a
-  new due time typed in a form (:mod:`bsft_saga.timeouts.levers`). A ``with_deadline``
+  new due time typed in a form (:mod:`bsft_saga.timeouts.edits`). A ``with_deadline``
   timer is never canceled, and rescheduling it (which moves the saga's deadline) also
   needs ``bsft_saga.terminate_saga``.
 
@@ -40,7 +40,7 @@ from bsft_saga.admin.times import format_moment
 from bsft_saga.db.datetimes import EARLIEST, LATEST, storable
 from bsft_saga.engine import termination
 from bsft_saga.events.codec import unstorable_text
-from bsft_saga.timeouts import expedite, levers
+from bsft_saga.timeouts import edits, expedite
 from bsft_saga.timeouts.requests import DEADLINE_TIMER_NAME
 
 TERMINATE_PERMISSION = "bsft_saga.terminate_saga"
@@ -188,21 +188,21 @@ class FireNowAction:
         )
 
 
-class TimerLeversAction:
+class CancelAndRescheduleActions:
     """Adds the actions ``cancel_timeouts`` and ``reschedule_timeout`` to the timer admin."""
 
     reschedule_template = "admin/bsft_saga/sagatimeout/reschedule_selected.html"
 
-    def has_lever_permission(self, request: HttpRequest) -> bool:
+    def has_cancel_permission(self, request: HttpRequest) -> bool:
         """Like firing now, gated on the model's change permission (the admin edits nothing)."""
         return bool(request.user.has_perm(FIRE_NOW_PERMISSION))
 
-    @admin.action(description=_("Cancel selected pending timers"), permissions=["lever"])
+    has_reschedule_permission = has_cancel_permission
+
+    @admin.action(description=_("Cancel selected pending timers"), permissions=["cancel"])
     def cancel_timeouts(self, request: HttpRequest, queryset: QuerySet[Any]) -> None:
         modeladmin = cast("admin.ModelAdmin[Any]", self)
-        report = levers.cancel_timers(
-            list(queryset.values_list("pk", flat=True)), user=request.user
-        )
+        report = edits.cancel_timers(list(queryset.values_list("pk", flat=True)), user=request.user)
         if report.canceled:
             modeladmin.message_user(
                 request,
@@ -225,7 +225,7 @@ class TimerLeversAction:
             [reason for _pk, reason in report.refused],
         )
 
-    @admin.action(description=_("Reschedule the selected timer"), permissions=["lever"])
+    @admin.action(description=_("Reschedule the selected timer"), permissions=["reschedule"])
     def reschedule_timeout(self, request: HttpRequest, queryset: QuerySet[Any]) -> Any:
         modeladmin = cast("admin.ModelAdmin[Any]", self)
         timers = list(queryset[:2])
@@ -240,7 +240,7 @@ class TimerLeversAction:
         if request.POST.get("post") == "yes":
             due_at, error = _due_time(typed)
             if due_at is not None:
-                report = levers.reschedule_timer(timer.pk, due_at, user=request.user)
+                report = edits.reschedule_timer(timer.pk, due_at, user=request.user)
                 if report.refused is not None:
                     message_refusals(
                         modeladmin,

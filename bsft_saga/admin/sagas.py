@@ -39,9 +39,9 @@ from bsft_saga import clock, outbox
 from bsft_saga.admin.claimers import ClaimerFieldsMixin
 from bsft_saga.admin.journal import HISTORY_TEMPLATE, JournalHistoryMixin, timeline
 from bsft_saga.admin.operations import (
+    CancelAndRescheduleActions,
     FireNowAction,
     TerminateSagasAction,
-    TimerLeversAction,
     message_refusals,
 )
 from bsft_saga.admin.picture import instance_picture
@@ -558,7 +558,9 @@ class TimerStatusFilter(DeliveryStatusFilter):
 
 
 @admin.register(SagaTimeout)
-class SagaTimeoutAdmin(ClaimerFieldsMixin, FireNowAction, TimerLeversAction, ReadOnlyAdmin):
+class SagaTimeoutAdmin(
+    ClaimerFieldsMixin, FireNowAction, CancelAndRescheduleActions, ReadOnlyAdmin
+):
     list_display = ("name", "saga_link", "status", "due_at", "event_type", "attempts")
     list_filter = (TimerStatusFilter, "event_type", "calendar_key", "scope", "saga__saga_type")
     list_select_related = ("saga",)

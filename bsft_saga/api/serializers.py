@@ -33,7 +33,7 @@ UNREADABLE_KEY = "unreadable_fields"
 
 INSTANCE_FIELDS = list(SagaInstance.PROGRESS_FIELDS)
 
-TIMEOUT_FIELDS = [
+TIMER_FIELDS = [
     "id",
     "name",
     "due_at",
@@ -80,8 +80,8 @@ class SagaInstanceSerializer(ReadableDatetimesMixin, serializers.ModelSerializer
 class SagaTimeoutSerializer(ReadableDatetimesMixin, serializers.ModelSerializer[SagaTimeout]):
     class Meta:
         model = SagaTimeout
-        fields = TIMEOUT_FIELDS
-        read_only_fields = TIMEOUT_FIELDS
+        fields = TIMER_FIELDS
+        read_only_fields = TIMER_FIELDS
 
 
 class SagaDelayedMessageSerializer(

@@ -23,9 +23,9 @@ from bsft_saga.timeouts.requests import (
     RESERVED_PREFIX,
     CancelAllTimers,
     CancelTimer,
-    TimeoutScopeName,
     TimerOperation,
     TimerRequest,
+    TimerScopeName,
 )
 
 S = TypeVar("S")
@@ -129,7 +129,7 @@ class SagaContext(Generic[S]):
         event: Any,
         *,
         calendar: str | None = None,
-        scope: TimeoutScopeName = "step",
+        scope: TimerScopeName = "step",
         ignore_deadline: bool = False,
     ) -> None:
         """Schedule a named timer that publishes ``event`` when due.

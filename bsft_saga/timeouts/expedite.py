@@ -23,7 +23,7 @@ __all__ = ["DEADLINE_PERMISSION", "FireNowReport", "fire_now", "may_move_deadlin
 
 #: Firing a ``with_deadline`` timer runs the flow's ``on_expired``, which usually ends the
 #: saga: it needs what terminating one needs (the admin's ``terminate_sagas`` permission).
-#: So does rescheduling it (:mod:`bsft_saga.timeouts.levers`), which moves the deadline.
+#: So does rescheduling it (:mod:`bsft_saga.timeouts.edits`), which moves the deadline.
 DEADLINE_PERMISSION = "bsft_saga.terminate_saga"
 
 
@@ -32,10 +32,10 @@ class FireNowReport:
     """What :func:`fire_now` did, in the order the ids came.
 
     - ``due_now``: timers that are due now and held by nobody; the next pass fires them.
-    - ``held``: ``(timeout id, message)`` for each timer made due that a dispatcher's claim
+    - ``held``: ``(timer id, message)`` for each timer made due that a dispatcher's claim
       still holds: it fires when that dispatcher delivers it or, if that dispatcher died,
       once the claim's lease (``claimed_until``, which the message names) has run out.
-    - ``refused``: ``(timeout id, reason)`` for each timer left as it was.
+    - ``refused``: ``(timer id, reason)`` for each timer left as it was.
     """
 
     due_now: int = 0
@@ -80,7 +80,7 @@ def fire_now(ids: Iterable[int], *, user: Any = None, now: datetime | None = Non
     for pk in wanted:
         row = rows.get(pk)
         if row is None:
-            refused.append((pk, f"timeout {pk} does not exist"))
+            refused.append((pk, f"timer {pk} does not exist"))
             continue
         if row.name == DEADLINE_TIMER_NAME and not may_move_deadline(user):
             refused.append(

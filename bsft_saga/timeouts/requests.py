@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal
 
-TimeoutScopeName = Literal["step", "saga"]
+TimerScopeName = Literal["step", "saga"]
 
 # Timer names under this prefix belong to bsft_saga itself (e.g. the deadline timer).
 RESERVED_PREFIX = "bsft_saga."
@@ -22,7 +22,7 @@ class TimerRequest:
     event_type: str
     payload: dict[str, Any]
     calendar_key: str
-    scope: TimeoutScopeName
+    scope: TimerScopeName
     ignore_deadline: bool = False
 
 

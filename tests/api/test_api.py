@@ -28,7 +28,7 @@ from freezegun import freeze_time
 from rest_framework.test import APIClient
 
 from bsft_saga import publish
-from bsft_saga.api.serializers import INSTANCE_FIELDS, TIMEOUT_FIELDS
+from bsft_saga.api.serializers import INSTANCE_FIELDS, TIMER_FIELDS
 from bsft_saga.audit import READ_CONTENT
 from bsft_saga.models import SagaAuditRecord, SagaInstance, SagaOutboxMessage
 from tests.support.deploys import running_release
@@ -404,7 +404,7 @@ def test_detail_lists_the_instances_timeouts_by_field_name(reader: APIClient) ->
     by_name = {row["name"]: row for row in timeouts}
     assert set(by_name) == {"followup", "callback"}
     followup = by_name["followup"]
-    assert set(followup) == set(TIMEOUT_FIELDS)
+    assert set(followup) == set(TIMER_FIELDS)
     assert parse_datetime(followup["due_at"]) == T0 + timedelta(days=2)
     assert parse_datetime(by_name["callback"]["due_at"]) == T0 + timedelta(days=3)
     assert followup["event_type"] == "tests.quote.follow-up-due"

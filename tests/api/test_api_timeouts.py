@@ -16,7 +16,7 @@ from django.test import override_settings
 from django.urls import reverse
 from rest_framework.test import APIClient
 
-from bsft_saga.api.serializers import TIMEOUT_FIELDS
+from bsft_saga.api.serializers import TIMER_FIELDS
 from bsft_saga.audit import READ_CONTENT
 from bsft_saga.models import SagaAuditRecord, SagaInstance, SagaTimeout
 from bsft_saga.timeouts.listing import RETIRED_TIMERS_LISTED
@@ -43,7 +43,7 @@ def detail(saga: SagaInstance) -> str:
     return reverse("bsft_saga:instance-detail", kwargs={"pk": saga.pk})
 
 
-def timeouts_url(saga: SagaInstance | str) -> str:
+def timers_url(saga: SagaInstance | str) -> str:
     pk = saga if isinstance(saga, str) else saga.pk
     return reverse("bsft_saga:instance-timeouts", kwargs={"pk": pk})
 
@@ -128,7 +128,7 @@ def test_the_detail_lists_pending_timers_beyond_the_cap(reader: APIClient) -> No
 def test_the_timer_route_pages_through_all_timers_pending_first_then_newest_retired(
     reader: APIClient, busy_saga: dict[str, Any]
 ) -> None:
-    url = timeouts_url(busy_saga["saga"])
+    url = timers_url(busy_saga["saga"])
     first = reader.get(url, {"page_size": 50}).json()
     second = reader.get(first["next"]).json()
 
@@ -136,13 +136,13 @@ def test_the_timer_route_pages_through_all_timers_pending_first_then_newest_reti
     listed = [row["id"] for row in first["results"] + second["results"]]
     assert listed == [*busy_saga["pending"], *reversed(busy_saga["retired"])]
     assert second["next"] is None
-    assert set(first["results"][0]) == set(TIMEOUT_FIELDS)
+    assert set(first["results"][0]) == set(TIMER_FIELDS)
 
 
 def test_each_page_of_the_timer_route_is_audited(
     reader: APIClient, busy_saga: dict[str, Any]
 ) -> None:
-    url = timeouts_url(busy_saga["saga"])
+    url = timers_url(busy_saga["saga"])
     reader.get(url)
     reader.get(url, {"page": 2})
 
@@ -156,15 +156,15 @@ def test_each_page_of_the_timer_route_is_audited(
 def test_a_page_past_the_end_is_404_and_not_audited(
     reader: APIClient, busy_saga: dict[str, Any]
 ) -> None:
-    response = reader.get(timeouts_url(busy_saga["saga"]), {"page": 99})
+    response = reader.get(timers_url(busy_saga["saga"]), {"page": 99})
 
     assert response.status_code == 404
     assert not SagaAuditRecord.objects.exists()
 
 
 def test_the_timer_route_of_an_unknown_instance_is_404_and_not_audited(reader: APIClient) -> None:
-    assert reader.get(timeouts_url(str(uuid.uuid4()))).status_code == 404
-    assert reader.get(timeouts_url("not-a-uuid")).status_code == 404
+    assert reader.get(timers_url(str(uuid.uuid4()))).status_code == 404
+    assert reader.get(timers_url("not-a-uuid")).status_code == 404
     assert not SagaAuditRecord.objects.exists()
 
 
@@ -174,21 +174,21 @@ def test_the_timer_route_of_an_unknown_instance_is_404_and_not_audited(reader: A
 def test_the_timer_route_needs_both_permissions_like_the_detail(
     busy_saga: dict[str, Any], codenames: tuple[str, ...]
 ) -> None:
-    response = client_with(*codenames).get(timeouts_url(busy_saga["saga"]))
+    response = client_with(*codenames).get(timers_url(busy_saga["saga"]))
 
     assert response.status_code == 403
     assert not SagaAuditRecord.objects.exists()
 
 
 def test_the_timer_route_is_refused_to_anonymous_requests(busy_saga: dict[str, Any]) -> None:
-    assert APIClient().get(timeouts_url(busy_saga["saga"])).status_code in (401, 403)
+    assert APIClient().get(timers_url(busy_saga["saga"])).status_code in (401, 403)
 
 
 def test_without_a_content_permission_the_timer_route_is_unmapped(
     reader: APIClient, busy_saga: dict[str, Any]
 ) -> None:
     with override_settings(BSFT_SAGA={"API": {"READ_CONTENT_PERMISSION": None}}):
-        response = reader.get(timeouts_url(busy_saga["saga"]))
+        response = reader.get(timers_url(busy_saga["saga"]))
 
     assert response.status_code == 404
     assert not SagaAuditRecord.objects.exists()

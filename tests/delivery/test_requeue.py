@@ -20,7 +20,7 @@ from django.urls import reverse
 from freezegun.api import FrozenDateTimeFactory
 
 from bsft_saga import clock, publish
-from bsft_saga.audit import OUTBOX_REQUEUED, TIMEOUT_REQUEUED
+from bsft_saga.audit import OUTBOX_REQUEUED, TIMER_REQUEUED
 from bsft_saga.engine.termination import terminate
 from bsft_saga.events import event_type_of
 from bsft_saga.models import (
@@ -375,7 +375,7 @@ def test_the_timer_admin_action_audits_each_requeued_timer_under_the_operator() 
         {"action": "requeue_dead_lettered", "_selected_action": [first.pk, second.pk, refused.pk]},
     )
 
-    assert _audited() == [(TIMEOUT_REQUEUED, username, saga.saga_type, saga.pk)] * 2
+    assert _audited() == [(TIMER_REQUEUED, username, saga.saga_type, saga.pk)] * 2
 
 
 def test_requeue_saga_timeouts_audits_each_requeued_timer_without_a_user() -> None:
@@ -384,7 +384,7 @@ def test_requeue_saga_timeouts_audits_each_requeued_timer_without_a_user() -> No
 
     call_command("requeue_saga_timeouts", "--id", str(row.pk), stdout=StringIO())
 
-    assert _audited() == [(TIMEOUT_REQUEUED, "", saga.saga_type, saga.pk)]
+    assert _audited() == [(TIMER_REQUEUED, "", saga.saga_type, saga.pk)]
     assert SagaAuditRecord.objects.get().user is None
 
 

@@ -125,7 +125,7 @@ def test_terminate_saga_prints_a_refused_sagas_key_escaped() -> None:
     assert "[k\\x1b[2J\\r\\nforged: key] (" in err.getvalue()
 
 
-def test_timer_levers_print_a_refused_timers_saga_key_escaped() -> None:
+def test_cancel_and_reschedule_print_a_refused_timers_saga_key_escaped() -> None:
     with freeze_time(T0):
         timer = make_timeout(make_saga(KEY), outcome=TimeoutOutcome.FIRED)
         err = StringIO()

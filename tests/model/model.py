@@ -50,7 +50,7 @@ RULES = {
     # ctx.schedule_timeout(..., ignore_deadline=True): the timer's event has no deadline.
     "timer_ignore_deadline": True,
     # Rescheduling the deadline timer moves SagaInstance.deadline; canceling it is refused.
-    "deadline_levers": True,
+    "deadline_actions": True,
     # A delayed (or deferred) publish that repeats the message id of an event already
     # written to the outbox writes nothing: the message is delivered once, as first written.
     "outbox_repeat": True,
@@ -58,7 +58,7 @@ RULES = {
     # follow one another).
     "keeping_keeps_the_version": True,
 }
-# MODEL_RULES_OFF=kept_chain,deadline_levers switches rules off for one run (against an
+# MODEL_RULES_OFF=kept_chain,deadline_actions switches rules off for one run (against an
 # older tree, say); MODEL_RULES_ON=... switches one on.
 for _name in filter(None, os.environ.get("MODEL_RULES_OFF", "").split(",")):
     RULES[_name] = False
@@ -412,7 +412,7 @@ class Model:
         return True
 
     def cancel(self, saga: Saga, timer: Timer) -> bool:
-        if not timer.pending or (timer.event == "deadline" and RULES["deadline_levers"]):
+        if not timer.pending or (timer.event == "deadline" and RULES["deadline_actions"]):
             return False
         timer.status = "canceled"
         saga.journal.append(("timer_canceled", None, None, None, "operator"))
@@ -423,7 +423,7 @@ class Model:
             return False
         timer.due = when
         version = None
-        if timer.event == "deadline" and RULES["deadline_levers"]:
+        if timer.event == "deadline" and RULES["deadline_actions"]:
             saga.deadline = when
             saga.version += 1
             version = saga.version

@@ -1,8 +1,8 @@
 """The public API against a model of what it should do (Hypothesis, stateful).
 
 The machine publishes events (message ids repeated, delayed with ``deliver_at`` or
-``delay``), moves the frozen clock, runs drain passes, terminates sagas and pulls the
-operator levers on timers (cancel, reschedule, fire now, requeue), on the flows of
+``delay``), moves the frozen clock, runs drain passes, terminates sagas and takes the
+operator actions on timers (cancel, reschedule, fire now, requeue), on the flows of
 tests/testapp/model_flows.py, and does each of those to the plain model of
 tests/model/model.py too. After every step it checks that the two agree: no event applied
 twice, none lost (each is applied, kept, waiting as a delayed message, or counted ignored
@@ -49,8 +49,8 @@ from bsft_saga.models import (
     SagaTimeout,
 )
 from bsft_saga.telemetry import IGNORED_REASONS
+from bsft_saga.timeouts.edits import cancel_timers, reschedule_timer
 from bsft_saga.timeouts.expedite import fire_now
-from bsft_saga.timeouts.levers import cancel_timers, reschedule_timer
 from bsft_saga.timeouts.maintenance import requeue_dead_lettered
 from tests.model.model import CHAIN, MAX_KEPT, RULES, TIMED, Delayed, Model, Saga, Sent, Timer
 from tests.support import telemetry as telemetry_support
@@ -293,23 +293,23 @@ class ApiMachine(RuleBasedStateMachine):
     @precondition(lambda self: any(s.flow == TIMED for s in self.model.sagas))
     @rule(
         data=st.data(),
-        lever=st.sampled_from(["cancel", "reschedule", "fire_now", "requeue"]),
+        action=st.sampled_from(["cancel", "reschedule", "fire_now", "requeue"]),
         later=STEPS,
     )
-    def pull_a_lever(self, data: st.DataObject, lever: str, later: timedelta) -> None:
+    def take_an_operator_action(self, data: st.DataObject, action: str, later: timedelta) -> None:
         sagas = [s for s in self.model.sagas if s.flow == TIMED]
         saga = data.draw(st.sampled_from(sagas), label="saga")
         timer = data.draw(st.sampled_from(saga.timers), label="timer")
         pk = self._timer_id(saga, timer)
-        if lever == "cancel":
+        if action == "cancel":
             report = cancel_timers([pk])
             done = bool(report.canceled)
             assert done == self.model.cancel(saga, timer), report
-        elif lever == "reschedule":
+        elif action == "reschedule":
             when = self.model.now + later
             result = reschedule_timer(pk, when)
             assert (result.refused is None) == self.model.reschedule(saga, timer, when), result
-        elif lever == "fire_now":
+        elif action == "fire_now":
             fired = fire_now([pk])
             assert bool(fired.due_now) == self.model.fire_now(saga, timer), fired
             self.drained = False
@@ -389,7 +389,7 @@ class ApiMachine(RuleBasedStateMachine):
                 ), where
                 if RULES["timer_ignore_deadline"]:
                     assert row.state["watch_without_deadline"] == saga.watch_without_deadline, where
-                if RULES["deadline_levers"] and not saga.complete:
+                if RULES["deadline_actions"] and not saga.complete:
                     assert row.deadline == saga.deadline, f"{where}: deadline"
 
     def no_event_is_applied_twice_and_the_journal_agrees(self) -> None:

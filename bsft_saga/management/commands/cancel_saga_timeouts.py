@@ -8,7 +8,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from bsft_saga.management import arguments
 from bsft_saga.management.printable import printable
-from bsft_saga.timeouts.levers import cancel_timers
+from bsft_saga.timeouts.edits import cancel_timers
 
 
 class Command(BaseCommand):

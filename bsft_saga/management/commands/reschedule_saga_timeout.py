@@ -9,7 +9,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from bsft_saga.management import arguments
 from bsft_saga.management.printable import printable
 from bsft_saga.moments import format_moment
-from bsft_saga.timeouts.levers import reschedule_timer
+from bsft_saga.timeouts.edits import reschedule_timer
 
 
 class Command(BaseCommand):

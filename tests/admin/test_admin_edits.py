@@ -1,4 +1,4 @@
-"""The timer levers of the admin: ``cancel_timeouts`` and ``reschedule_timeout``; a
+"""The admin's operator actions on timers: ``cancel_timeouts`` and ``reschedule_timeout``; a
 saga's deadline timer is never canceled, and moving it also needs the terminate permission."""
 
 from __future__ import annotations
@@ -165,7 +165,7 @@ def test_reschedule_timeout_takes_one_timer_at_a_time() -> None:
     assert ("warning", "Select exactly one timer to reschedule.") in _messages(response)
 
 
-def test_the_levers_need_the_change_permission() -> None:
+def test_cancel_and_reschedule_need_the_change_permission() -> None:
     timer = make_timeout(make_saga("nope"), due_at=clock.now() + timedelta(days=1))
     viewer = _user("viewer", "view_sagatimeout")
 

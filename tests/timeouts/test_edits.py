@@ -1,7 +1,8 @@
-"""An operator's levers: cancel timers, reschedule one, terminate a saga by flow and key.
+"""Two operator actions: cancel timers, reschedule one; and terminate a saga by flow and key.
 
 A saga's deadline timer is its deadline: rescheduling it moves the deadline, canceling it is
-refused. A lever on a timer whose claim's lease ran out takes it from the pass that claimed it.
+refused. Either action on a timer whose claim's lease ran out takes it from the pass that
+claimed it.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ from bsft_saga.moments import format_moment
 from bsft_saga.signals import event_published
 from bsft_saga.timeouts import drain_due
 from bsft_saga.timeouts.channel import TIMERS
-from bsft_saga.timeouts.levers import RescheduleReport, cancel_timers, reschedule_timer
+from bsft_saga.timeouts.edits import RescheduleReport, cancel_timers, reschedule_timer
 from bsft_saga.timeouts.requests import DEADLINE_TIMER_NAME
 from tests.management.test_commands import completed, run, start_reminders
 from tests.support.timer_fixtures import T0
@@ -67,7 +68,7 @@ def test_canceling_a_pending_timer_retires_it_unpublished_and_audits_it() -> Non
 
 
 def test_cancel_refuses_claimed_retired_and_unknown_timers_and_names_each() -> None:
-    saga = make_saga("levers")
+    saga = make_saga("edits")
     fired = make_timeout(saga, "done", outcome=TimeoutOutcome.FIRED, dispatched_at=clock.now())
     claimed = make_timeout(saga, "held", due_at=clock.now() - timedelta(seconds=1))
     _claim_everything()
