@@ -81,7 +81,7 @@ class OrderShipped:
 
 @event("orders.canceled")
 @dataclass(frozen=True)
-class OrderCancelled:
+class OrderCanceled:
     order_id: str
     reason: str
 

@@ -20,7 +20,7 @@ from typing import Any
 
 from bsft_saga import SagaFlow
 from sample_project.orders.events import (
-    OrderCancelled,
+    OrderCanceled,
     OrderPlaced,
     OrderShipped,
     PaymentOverdue,
@@ -118,7 +118,7 @@ def cancel_unpaid_order(ctx: Any, e: PaymentOverdue) -> None:
     ctx.state.cancel_reason = f"no payment within {PAYMENT_WINDOW.days} day"
     # Compensation: give the stock back, and tell whoever cares.
     ctx.publish(ReleaseStock(e.order_id))
-    ctx.publish(OrderCancelled(e.order_id, reason=ctx.state.cancel_reason))
+    ctx.publish(OrderCanceled(e.order_id, reason=ctx.state.cancel_reason))
     ctx.mark_complete()
 
 

@@ -36,7 +36,7 @@ from tests.testapp.delayed_events import InvoiceIssued
 from tests.testapp.delayed_flows import REMINDER_DELAY, InvoiceFlow
 from tests.testapp.engine_events import ProbeStarted
 from tests.testapp.events import (
-    OrderCancelled,
+    OrderCanceled,
     OrderPlaced,
     Ping,
     QuoteAccepted,
@@ -119,7 +119,7 @@ def three_sagas() -> None:
     publish_at(T0 + timedelta(hours=1), QuoteSent("q-1"))
     publish_at(T0 + timedelta(hours=2), OrderPlaced("o-2", Decimal("10.00")))
     publish_at(T0 + timedelta(hours=3), StockReserved("o-1"))
-    publish_at(T0 + timedelta(hours=4), OrderCancelled("o-2"))
+    publish_at(T0 + timedelta(hours=4), OrderCanceled("o-2"))
 
 
 # --- permissions ------------------------------------------------------------------------
@@ -211,7 +211,7 @@ def test_list_rows_carry_the_model_field_names_and_no_state(reader: APIClient) -
 
 def test_a_completed_row_says_when_it_completed(reader: APIClient) -> None:
     publish_at(T0, OrderPlaced("o-1"))
-    publish_at(T0 + timedelta(minutes=5), OrderCancelled("o-1"))
+    publish_at(T0 + timedelta(minutes=5), OrderCanceled("o-1"))
 
     [row] = reader.get(LIST).json()["results"]
 
@@ -315,7 +315,7 @@ def test_the_stall_query_finds_exactly_the_stuck_instance(reader: APIClient) -> 
     now = T0 + timedelta(hours=5)
     publish_at(now - timedelta(hours=2), OrderPlaced("stuck"))
     publish_at(now - timedelta(hours=3), OrderPlaced("done-long-ago"))
-    publish_at(now - timedelta(hours=2, minutes=30), OrderCancelled("done-long-ago"))
+    publish_at(now - timedelta(hours=2, minutes=30), OrderCanceled("done-long-ago"))
     publish_at(now - timedelta(hours=4), OrderPlaced("moving"))
     publish_at(now - timedelta(minutes=10), StockReserved("moving"))
 

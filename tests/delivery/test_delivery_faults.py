@@ -132,7 +132,7 @@ def test_a_receiver_that_swallows_a_database_error_fails_only_its_own_timer(
 
 @pytest.mark.django_db
 @override_settings(BSFT_SAGA={"TIMEOUTS": {"CATCH_UP_POLICY": "fire_latest_per_saga"}})
-def test_fire_latest_per_saga_tolerates_timers_cancelled_while_it_looks(
+def test_fire_latest_per_saga_tolerates_timers_canceled_while_it_looks(
     clock: FrozenDateTimeFactory, record: Any
 ) -> None:
     reminders = record(QuoteFollowUpDue, QuoteCallbackDue)

@@ -38,7 +38,7 @@ from tests.testapp.engine_events import (
 from tests.testapp.events import (
     FailingNext,
     FailingStarted,
-    OrderCancelled,
+    OrderCanceled,
     OrderPlaced,
     OrderShipped,
     ReserveStock,
@@ -121,7 +121,7 @@ def test_a_completed_instance_is_kept_with_its_completion_time() -> None:
     with freeze_time(NOW):
         publish(OrderPlaced("o-1"))
     with freeze_time(NOW + timedelta(minutes=5)):
-        publish(OrderCancelled("o-1"))
+        publish(OrderCanceled("o-1"))
     [row] = instances(OrderFlow, "o-1")
     assert row.is_complete
     assert row.completed_at == NOW + timedelta(minutes=5)
@@ -131,11 +131,11 @@ def test_a_completed_instance_is_kept_with_its_completion_time() -> None:
 @pytest.mark.django_db
 def test_a_completed_instance_takes_no_further_events() -> None:
     publish(OrderPlaced("o-1"))
-    publish(OrderCancelled("o-1"))
+    publish(OrderCanceled("o-1"))
     before = instance(OrderFlow, "o-1")
     publish(StockReserved("o-1"))
     publish(OrderShipped("o-1"))
-    publish(OrderCancelled("o-1"))
+    publish(OrderCanceled("o-1"))
     after = instance(OrderFlow, "o-1")
     assert after.pk == before.pk
     assert (after.version, after.step_index, after.state) == (
@@ -149,7 +149,7 @@ def test_a_completed_instance_takes_no_further_events() -> None:
 def test_a_start_event_for_the_key_of_a_completed_instance_starts_a_new_one() -> None:
     with freeze_time(NOW):
         publish(OrderPlaced("o-1"))
-        publish(OrderCancelled("o-1"))
+        publish(OrderCanceled("o-1"))
     with freeze_time(NOW + timedelta(days=1)):
         publish(OrderPlaced("o-1", total=Decimal("3")))
     old, new = instances(OrderFlow, "o-1")
@@ -203,7 +203,7 @@ def test_the_same_message_id_published_twice_advances_the_instance_once() -> Non
 def test_a_redelivered_start_event_of_a_finished_instance_starts_nothing() -> None:
     message_id = uuid.uuid4()
     publish(OrderPlaced("o-1"), message_id=message_id)
-    publish(OrderCancelled("o-1"))
+    publish(OrderCanceled("o-1"))
     publish(OrderPlaced("o-1"), message_id=message_id)
     [row] = instances(OrderFlow, "o-1")
     assert row.is_complete
@@ -262,7 +262,7 @@ def test_a_staged_event_that_cannot_be_encoded_fails_its_step_not_its_delivery()
 def test_mark_complete_ends_the_saga_before_its_last_step() -> None:
     with freeze_time(NOW):
         publish(OrderPlaced("o-1"))
-        publish(OrderCancelled("o-1"))
+        publish(OrderCanceled("o-1"))
     row = instance(OrderFlow, "o-1")
     assert row.is_complete
     assert row.completed_at == NOW
@@ -271,11 +271,11 @@ def test_mark_complete_ends_the_saga_before_its_last_step() -> None:
 
 
 @pytest.mark.django_db(transaction=True)
-def test_a_cancelled_order_is_complete() -> None:
+def test_a_canceled_order_is_complete() -> None:
     # Verbatim in docs/getting-started.md ("Test your flows").
     with SagaHarness() as harness:
         harness.publish(OrderPlaced("o-1"))
-        harness.publish(OrderCancelled("o-1"))
+        harness.publish(OrderCanceled("o-1"))
         saga = harness.get_saga(OrderFlow, "o-1")
     assert saga is not None
     assert saga.is_complete

@@ -26,7 +26,7 @@ from tests.testapp.engine_events import DeadlineProbeStarted
 from tests.testapp.events import (
     AsyncStarted,
     BadKeyEvent,
-    OrderCancelled,
+    OrderCanceled,
     OrderPlaced,
     OrderShipped,
     Ping,
@@ -112,11 +112,11 @@ def test_wait_for_advances_the_instance_its_key_names() -> None:
 
 def test_or_offers_an_alternative_event_for_the_same_step() -> None:
     publish(OrderPlaced("o-1"))
-    publish(OrderCancelled("o-1", reason="changed mind"))
+    publish(OrderCanceled("o-1", reason="changed mind"))
     state = order_state("o-1")
     assert state.canceled
     assert not state.reserved
-    assert state.log == ["placed", "OrderCancelled"]
+    assert state.log == ["placed", "OrderCanceled"]
 
 
 # --- then / when / when_not -----------------------------------------------------------
@@ -286,7 +286,7 @@ class OrAfterThenFlow(SagaFlow):
             .start_with(OrderPlaced, key=lambda e: e.order_id)
             .wait_for(StockReserved, key=lambda e: e.order_id)
             .then(_noop)
-            .or_(OrderCancelled, key=lambda e: e.order_id)
+            .or_(OrderCanceled, key=lambda e: e.order_id)
         )
 
 

@@ -129,7 +129,7 @@ def test_demo_order_reserved_through_the_outbox_paid_and_shipped_completes(
 
 
 @pytest.mark.slow
-def test_demo_order_without_payment_is_cancelled_by_its_payment_timer(
+def test_demo_order_without_payment_is_canceled_by_its_payment_timer(
     demo: subprocess.CompletedProcess[str],
 ) -> None:
     o2 = journey(demo.stdout, "orders.fulfilment", "o-2")

@@ -23,7 +23,7 @@ class StockReserved:
 
 @event("tests.order.canceled")
 @dataclass(frozen=True)
-class OrderCancelled:
+class OrderCanceled:
     order_id: str
     reason: str = ""
 

@@ -26,7 +26,7 @@ from tests.testapp.events import (
     BadKeyEvent,
     FailingNext,
     FailingStarted,
-    OrderCancelled,
+    OrderCanceled,
     OrderPlaced,
     OrderShipped,
     Ping,
@@ -53,11 +53,11 @@ def _record_total(ctx: SagaContext[OrderState], e: OrderPlaced) -> None:
     ctx.publish(ReserveStock(e.order_id))
 
 
-def _on_reserved_or_cancelled(
-    ctx: SagaContext[OrderState], e: StockReserved | OrderCancelled
+def _on_reserved_or_canceled(
+    ctx: SagaContext[OrderState], e: StockReserved | OrderCanceled
 ) -> None:
     ctx.state.reserved = isinstance(e, StockReserved)
-    ctx.state.canceled = isinstance(e, OrderCancelled)
+    ctx.state.canceled = isinstance(e, OrderCanceled)
     ctx.state.log.append(type(e).__name__)
     if ctx.state.canceled:
         ctx.mark_complete()
@@ -72,8 +72,8 @@ class OrderFlow(SagaFlow):
             .start_with(OrderPlaced, key=lambda e: e.order_id)
             .then(_record_total)
             .wait_for(StockReserved, key=lambda e: e.order_id)
-            .or_(OrderCancelled, key=lambda e: e.order_id)
-            .then(_on_reserved_or_cancelled)
+            .or_(OrderCanceled, key=lambda e: e.order_id)
+            .then(_on_reserved_or_canceled)
             .when(
                 lambda ctx, e: ctx.state.total >= 100,
                 lambda ctx, e: setattr(ctx.state, "big_order", True),

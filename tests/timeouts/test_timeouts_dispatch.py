@@ -371,7 +371,7 @@ def test_a_pass_taken_over_while_its_clock_said_it_held_the_claim_writes_nothing
     _nothing_written()
 
 
-def test_a_timer_cancelled_before_the_pass_is_not_published(
+def test_a_timer_canceled_before_the_pass_is_not_published(
     clock: FrozenDateTimeFactory, record: Any, action: Any
 ) -> None:
     due = record(ProbeDue)
@@ -387,7 +387,7 @@ def test_a_timer_cancelled_before_the_pass_is_not_published(
     assert due.envelopes == []
 
 
-def test_a_timer_cancelled_after_the_pass_claimed_it_is_not_published(
+def test_a_timer_canceled_after_the_pass_claimed_it_is_not_published(
     clock: FrozenDateTimeFactory, record: Any, action: Any
 ) -> None:
     # Both timers are claimed by one pass. The first wakes the saga's next step, which
@@ -642,7 +642,7 @@ def test_poison_rows_at_the_head_of_the_queue_step_aside_for_their_back_off(
     assert reminders.events == [QuoteCallbackDue("q-1"), QuoteCallbackDue("q-2")]
 
 
-def test_a_cancelled_error_from_a_woken_receiver_is_a_failure_not_a_stop_of_the_pass(
+def test_a_cancel_error_from_a_woken_receiver_is_a_failure_not_a_stop_of_the_pass(
     clock: FrozenDateTimeFactory, record: Any
 ) -> None:
     reminders = record(QuoteFollowUpDue, QuoteCallbackDue)

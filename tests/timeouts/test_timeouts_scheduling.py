@@ -120,7 +120,7 @@ def test_names_under_the_bsft_saga_prefix_are_reserved(clock: Any, action: Any) 
     assert not SagaTimeout.objects.exists()
 
 
-def test_cancelling_a_timer_under_the_bsft_saga_prefix_is_a_value_error(
+def test_canceling_a_timer_under_the_bsft_saga_prefix_is_a_value_error(
     clock: Any, action: Any
 ) -> None:
     def cancel_deadline(ctx: Any, e: Any) -> None:
@@ -498,7 +498,7 @@ def test_cancel_timeout_cancels_the_named_pending_timer_only(
     assert outcomes == {"a": TimeoutOutcome.CANCELED, "b": None}
 
 
-def test_cancelling_a_name_that_is_not_pending_is_no_error(clock: Any, action: Any) -> None:
+def test_canceling_a_name_that_is_not_pending_is_no_error(clock: Any, action: Any) -> None:
     publish(ProbeStarted("p-1"))
 
     publish(ProbePoked("p-1", action(lambda ctx, e: ctx.cancel_timeout("never-scheduled"))))
@@ -536,7 +536,7 @@ def test_timer_operations_of_a_step_apply_in_the_order_they_were_asked_for(
     assert outcomes == {"a": TimeoutOutcome.CANCELED, "b": None}
 
 
-def test_a_step_that_raises_after_cancelling_cancels_nothing(clock: Any, action: Any) -> None:
+def test_a_step_that_raises_after_canceling_cancels_nothing(clock: Any, action: Any) -> None:
     publish(ProbeStarted("p-1", action(schedule("a", timedelta(days=1), scope="saga"))))
 
     with pytest.raises(StepBroke):
