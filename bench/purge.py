@@ -152,7 +152,7 @@ def _seed(instances: int, inbox_per_instance: int) -> dict[str, object]:
 
     from bsft_saga.models import SagaInstance, SagaOutboxMessage, SagaTimeout
     from tests.support.retention_rows import outbox_row, saga
-    from tests.testapp.ops_flows import make_timeout
+    from tests.testapp.ops_flows import make_timer
 
     instance_table = SagaInstance._meta.db_table
     with connection.cursor() as cursor:
@@ -210,7 +210,7 @@ def _seed(instances: int, inbox_per_instance: int) -> dict[str, object]:
         for n in range(LIVE_INSTANCES)
     ]
     for live_saga in live_sagas:
-        make_timeout(live_saga, "remind", due_at=old)
+        make_timer(live_saga, "remind", due_at=old)
         outbox_row(live_saga, created_at=old)
     return {
         "writer_saga": str(live_sagas[0].pk),

@@ -40,7 +40,7 @@ from bsft_saga.testing import SagaHarness
 from bsft_saga.timeouts import drain_due
 from tests.admin.test_admin import _user
 from tests.testapp.load_events import CountStarted
-from tests.testapp.ops_flows import make_saga, make_timeout
+from tests.testapp.ops_flows import make_saga, make_timer
 
 pytestmark = pytest.mark.django_db
 
@@ -489,7 +489,7 @@ def test_the_status_panel_shows_a_stale_dispatcher_and_the_idle_time_in_the_warn
 
 def test_the_status_panel_shows_a_dispatcher_that_passed_lately_and_a_small_lag_plainly() -> None:
     dispatcher_row(last_pass_at=NOW - timedelta(seconds=2), host="worker-9", pid=99)
-    make_timeout(make_saga("hb-late"), "late", due_at=NOW - timedelta(seconds=30))
+    make_timer(make_saga("hb-late"), "late", due_at=NOW - timedelta(seconds=30))
     page = _status_panel()
 
     assert '<tr><th scope="row">loop worker-9:99</th><td>2 s ago</td>' in page
@@ -499,7 +499,7 @@ def test_the_status_panel_shows_a_dispatcher_that_passed_lately_and_a_small_lag_
 
 
 def test_the_status_panel_shows_a_lag_above_stale_after_in_the_warning_colour() -> None:
-    make_timeout(make_saga("hb-late"), "late", due_at=NOW - timedelta(seconds=61))
+    make_timer(make_saga("hb-late"), "late", due_at=NOW - timedelta(seconds=61))
     page = _status_panel()
 
     assert 'Lag</th><td class="saga-warning">1 min 1 s</td>' in page
@@ -521,7 +521,7 @@ def _claimed_by(row: SagaTimeout | SagaOutboxMessage, dispatcher: SagaDispatcher
 
 def test_a_claimed_row_names_its_claimer_the_lease_end_and_whether_its_heartbeat_is_stale() -> None:
     dead = dispatcher_row(last_pass_at=NOW - timedelta(seconds=90))
-    timer = _claimed_by(make_timeout(make_saga("hb-claimed"), due_at=NOW), dead)
+    timer = _claimed_by(make_timer(make_saga("hb-claimed"), due_at=NOW), dead)
 
     claimer = claimer_of(timer, now=NOW)
 
@@ -532,7 +532,7 @@ def test_a_claimed_row_names_its_claimer_the_lease_end_and_whether_its_heartbeat
 
 
 def test_a_row_whose_claimer_was_pruned_names_its_id_and_no_heartbeat() -> None:
-    timer = _claimed_by(make_timeout(make_saga("hb-pruned"), due_at=NOW), None)
+    timer = _claimed_by(make_timer(make_saga("hb-pruned"), due_at=NOW), None)
 
     claimer = claimer_of(timer, now=NOW)
 
@@ -542,7 +542,7 @@ def test_a_row_whose_claimer_was_pruned_names_its_id_and_no_heartbeat() -> None:
 
 def test_the_timer_page_says_its_claimer_is_stale_in_the_warning_colour() -> None:
     dead = dispatcher_row(last_pass_at=NOW - timedelta(seconds=90), host="worker-3", pid=31)
-    timer = _claimed_by(make_timeout(make_saga("hb-page"), due_at=NOW), dead)
+    timer = _claimed_by(make_timer(make_saga("hb-page"), due_at=NOW), dead)
     client = _admin("view_sagatimeout")
 
     with freeze_time(NOW):

@@ -31,7 +31,7 @@ from bsft_saga.models import (
 )
 from bsft_saga.status import SagaStatus, dead_letters, due_timers, lag_seconds, saga_status
 from tests.support.services import require_postgres_backend
-from tests.testapp.ops_flows import make_saga, make_timeout
+from tests.testapp.ops_flows import make_saga, make_timer
 
 pytestmark = pytest.mark.django_db
 
@@ -91,20 +91,20 @@ def every_kind_of_row() -> None:
     make_saga("active-2", now=NOW - timedelta(hours=1))
     done = make_saga("done", complete=True, now=NOW - timedelta(hours=2))
 
-    make_timeout(active, "later", due_at=NOW + timedelta(minutes=5))
-    backing_off = make_timeout(active, "backing-off", due_at=NOW - timedelta(seconds=90))
+    make_timer(active, "later", due_at=NOW + timedelta(minutes=5))
+    backing_off = make_timer(active, "backing-off", due_at=NOW - timedelta(seconds=90))
     SagaTimeout.objects.filter(pk=backing_off.pk).update(
         attempts=2, next_attempt_at=NOW + timedelta(seconds=20)
     )
-    claimed = make_timeout(active, "claimed", due_at=NOW - timedelta(seconds=30))
+    claimed = make_timer(active, "claimed", due_at=NOW - timedelta(seconds=30))
     SagaTimeout.objects.filter(pk=claimed.pk).update(
         claim_token=uuid.uuid4(), claimed_until=NOW + timedelta(minutes=5)
     )
-    make_timeout(active, "exactly-now", due_at=NOW)
+    make_timer(active, "exactly-now", due_at=NOW)
     for outcome in (TimeoutOutcome.FIRED, TimeoutOutcome.MISSED, TimeoutOutcome.CANCELED):
-        make_timeout(done, str(outcome), outcome=outcome, due_at=NOW - timedelta(days=3))
-    make_timeout(done, "dead-1", outcome=TimeoutOutcome.DEAD_LETTERED)
-    make_timeout(active, "dead-2", outcome=TimeoutOutcome.DEAD_LETTERED)
+        make_timer(done, str(outcome), outcome=outcome, due_at=NOW - timedelta(days=3))
+    make_timer(done, "dead-1", outcome=TimeoutOutcome.DEAD_LETTERED)
+    make_timer(active, "dead-2", outcome=TimeoutOutcome.DEAD_LETTERED)
 
     make_outbox(created_at=NOW - timedelta(seconds=40))
     make_outbox(created_at=NOW - timedelta(seconds=10), next_attempt_at=NOW + timedelta(minutes=1))
@@ -161,7 +161,7 @@ def test_an_empty_database_has_no_lag() -> None:
 
 
 def test_the_lag_counts_an_undelivered_outbox_row_when_no_timer_is_due() -> None:
-    make_timeout(make_saga(), "later", due_at=NOW + timedelta(hours=1))
+    make_timer(make_saga(), "later", due_at=NOW + timedelta(hours=1))
     make_outbox(created_at=NOW - timedelta(seconds=12))
 
     assert saga_status(now=NOW).lag_seconds == 12.0
@@ -184,7 +184,7 @@ def test_a_delayed_message_waiting_for_its_time_is_scheduled_and_adds_no_lag() -
 
 
 def test_a_timer_that_is_not_yet_due_adds_no_lag() -> None:
-    make_timeout(make_saga(), "later", due_at=NOW + timedelta(seconds=1))
+    make_timer(make_saga(), "later", due_at=NOW + timedelta(seconds=1))
 
     assert saga_status(now=NOW).lag_seconds == 0
 
@@ -192,7 +192,7 @@ def test_a_timer_that_is_not_yet_due_adds_no_lag() -> None:
 def test_a_requeued_dead_letter_is_pending_and_no_longer_counted_as_dead() -> None:
     from bsft_saga.timeouts.maintenance import requeue_dead_lettered
 
-    row = make_timeout(make_saga(), outcome=TimeoutOutcome.DEAD_LETTERED, due_at=NOW)
+    row = make_timer(make_saga(), outcome=TimeoutOutcome.DEAD_LETTERED, due_at=NOW)
     requeue_dead_lettered([row.pk])
 
     status = saga_status(now=NOW + timedelta(seconds=5))
@@ -210,7 +210,7 @@ def test_status_runs_a_fixed_number_of_queries_however_many_rows(every_kind_of_r
     with CaptureQueriesContext(connection) as few:
         saga_status(now=NOW)
     for n in range(30):
-        make_timeout(make_saga(f"more-{n}"), due_at=NOW - timedelta(seconds=n))
+        make_timer(make_saga(f"more-{n}"), due_at=NOW - timedelta(seconds=n))
 
     with CaptureQueriesContext(connection) as many:
         saga_status(now=NOW)
@@ -375,9 +375,9 @@ def _fill_with_history() -> None:
             [NOW, NOW, DELIVERED_OUTBOX_ROWS],
         )
     live = make_saga("live", now=NOW)
-    make_timeout(live, "due", due_at=NOW - timedelta(seconds=5))
-    make_timeout(live, "later", due_at=NOW + timedelta(hours=1))
-    make_timeout(live, "dead", outcome=TimeoutOutcome.DEAD_LETTERED)
+    make_timer(live, "due", due_at=NOW - timedelta(seconds=5))
+    make_timer(live, "later", due_at=NOW + timedelta(hours=1))
+    make_timer(live, "dead", outcome=TimeoutOutcome.DEAD_LETTERED)
     make_outbox(created_at=NOW - timedelta(seconds=3))
     make_outbox(created_at=NOW - timedelta(days=1), dead=True)
     make_outbox(created_at=NOW - timedelta(days=1), deliver_at=NOW + timedelta(days=1))

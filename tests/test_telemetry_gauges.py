@@ -17,7 +17,7 @@ from bsft_saga.models import SagaOutboxMessage, TimeoutOutcome
 from bsft_saga.telemetry import GAUGES
 from tests.support import telemetry as telemetry_fixtures
 from tests.support.telemetry import Telemetry
-from tests.testapp.ops_flows import make_saga, make_timeout
+from tests.testapp.ops_flows import make_saga, make_timer
 
 NOW = datetime(2026, 3, 2, 12, 0, tzinfo=UTC)
 LAG, DUE, DEAD = "bsft.saga.timeout.lag", "bsft.saga.timeout.due", "bsft.saga.dead_letters"
@@ -49,10 +49,10 @@ def _dead_outbox_row() -> None:
 @pytest.mark.django_db
 def test_each_gauge_is_one_point_without_attributes_read_at_collection(otel: Telemetry) -> None:
     saga = make_saga("gauges", now=NOW - timedelta(hours=1))
-    make_timeout(saga, "late", due_at=NOW - timedelta(seconds=42))
-    make_timeout(saga, "also-late", due_at=NOW - timedelta(seconds=5))
-    make_timeout(saga, "later", due_at=NOW + timedelta(hours=1))
-    make_timeout(saga, "dead", outcome=TimeoutOutcome.DEAD_LETTERED)
+    make_timer(saga, "late", due_at=NOW - timedelta(seconds=42))
+    make_timer(saga, "also-late", due_at=NOW - timedelta(seconds=5))
+    make_timer(saga, "later", due_at=NOW + timedelta(hours=1))
+    make_timer(saga, "dead", outcome=TimeoutOutcome.DEAD_LETTERED)
     _dead_outbox_row()
 
     with freeze_time(NOW):
@@ -66,20 +66,20 @@ def test_each_gauge_is_one_point_without_attributes_read_at_collection(otel: Tel
 def test_the_gauges_follow_the_rows_from_one_collection_to_the_next(otel: Telemetry) -> None:
     with freeze_time(NOW):
         assert (gauge(otel, LAG).value, gauge(otel, DUE).value) == (0, 0)
-        make_timeout(make_saga("later"), due_at=NOW - timedelta(seconds=7))
+        make_timer(make_saga("later"), due_at=NOW - timedelta(seconds=7))
 
         assert (gauge(otel, LAG).value, gauge(otel, DUE).value) == (7.0, 1)
 
 
 @pytest.mark.django_db
 def test_a_collection_runs_the_same_few_queries_however_many_rows(otel: Telemetry) -> None:
-    make_timeout(make_saga("one"), due_at=NOW - timedelta(seconds=1))
+    make_timer(make_saga("one"), due_at=NOW - timedelta(seconds=1))
     with CaptureQueriesContext(connection) as few:
         otel.metric_reader.get_metrics_data()
     for n in range(25):
         saga = make_saga(f"many-{n}")
-        make_timeout(saga, due_at=NOW - timedelta(seconds=n))
-        make_timeout(saga, "dead", outcome=TimeoutOutcome.DEAD_LETTERED)
+        make_timer(saga, due_at=NOW - timedelta(seconds=n))
+        make_timer(saga, "dead", outcome=TimeoutOutcome.DEAD_LETTERED)
 
     with CaptureQueriesContext(connection) as many:
         otel.metric_reader.get_metrics_data()

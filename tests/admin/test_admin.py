@@ -15,7 +15,7 @@ from django.utils.html import strip_tags
 from bsft_saga import clock, publish
 from bsft_saga.models import SagaAuditRecord, SagaInstance, SagaOutboxMessage, SagaTimeout
 from tests.testapp.engine_events import Unrouted
-from tests.testapp.ops_flows import make_saga, make_timeout
+from tests.testapp.ops_flows import make_saga, make_timer
 
 pytestmark = pytest.mark.django_db
 
@@ -60,9 +60,9 @@ def operator() -> Client:
 @pytest.fixture
 def rows() -> dict[str, Any]:
     saga = make_saga("admin-1")
-    dead = make_timeout(saga, "dead", outcome="dead_lettered", reason=f"ValueError: {SECRET}")
-    pending = make_timeout(saga, "pending")
-    fired = make_timeout(saga, "fired", outcome="fired")
+    dead = make_timer(saga, "dead", outcome="dead_lettered", reason=f"ValueError: {SECRET}")
+    pending = make_timer(saga, "pending")
+    fired = make_timer(saga, "fired", outcome="fired")
     return {"saga": saga, "dead": dead, "pending": pending, "fired": fired}
 
 
@@ -144,7 +144,7 @@ def _listed(client: Client, model: str, query: str) -> set[Any]:
 
 
 def test_timeouts_filter_by_delivery_status(viewer: Client, rows: dict[str, Any]) -> None:
-    later = make_timeout(rows["saga"], "later", due_at=clock.now() + timedelta(days=1))
+    later = make_timer(rows["saga"], "later", due_at=clock.now() + timedelta(days=1))
 
     assert _listed(viewer, "sagatimeout", "?status=dead_lettered") == {rows["dead"]}
     assert _listed(viewer, "sagatimeout", "?status=ready") == {rows["pending"]}
@@ -153,7 +153,7 @@ def test_timeouts_filter_by_delivery_status(viewer: Client, rows: dict[str, Any]
 
 
 def test_timeouts_search_by_correlation_key_and_name(viewer: Client, rows: dict[str, Any]) -> None:
-    make_timeout(make_saga("someone-else"), "dead", outcome="dead_lettered")
+    make_timer(make_saga("someone-else"), "dead", outcome="dead_lettered")
 
     assert len(_listed(viewer, "sagatimeout", "?q=admin-1")) == 3
     assert len(_listed(viewer, "sagatimeout", "?q=dead")) == 2
@@ -166,9 +166,9 @@ def test_the_timer_list_names_a_completed_saga_complete_not_by_a_step_it_never_w
     SagaInstance.objects.filter(pk=done.pk).update(step_index=2)
     stopped = make_saga("stopped", complete=True)
     SagaInstance.objects.filter(pk=stopped.pk).update(terminated_reason="duplicate order")
-    make_timeout(done, "followup", outcome="canceled")
-    make_timeout(stopped, "escalate", outcome="canceled")
-    make_timeout(make_saga("waiting"), "remind")
+    make_timer(done, "followup", outcome="canceled")
+    make_timer(stopped, "escalate", outcome="canceled")
+    make_timer(make_saga("waiting"), "remind")
 
     page = strip_tags(viewer.get(_url("sagatimeout", "changelist")).content.decode())
 
@@ -258,8 +258,8 @@ def test_the_requeue_action_reports_each_refusal_and_why(
     admin_client_: Client, rows: dict[str, Any]
 ) -> None:
     twin_saga = make_saga("admin-twin")
-    blocked = make_timeout(twin_saga, "remind", outcome="dead_lettered")
-    holder = make_timeout(twin_saga, "remind")
+    blocked = make_timer(twin_saga, "remind", outcome="dead_lettered")
+    holder = make_timer(twin_saga, "remind")
 
     response = _run_action(admin_client_, rows["dead"].pk, rows["fired"].pk, blocked.pk)
 
@@ -306,7 +306,7 @@ def test_an_operator_with_the_change_permission_can_requeue(
 
 
 def test_many_refusals_are_summarised(admin_client_: Client) -> None:
-    fired = [make_timeout(make_saga(f"many-{n}"), outcome="fired").pk for n in range(13)]
+    fired = [make_timer(make_saga(f"many-{n}"), outcome="fired").pk for n in range(13)]
 
     messages = _messages(_run_action(admin_client_, *fired))
 
@@ -317,7 +317,7 @@ def test_many_refusals_are_summarised(admin_client_: Client) -> None:
 
 def test_a_timer_waiting_for_its_retry_shows_when_it_is_tried_again(viewer: Client) -> None:
     retry_at = clock.now() + timedelta(seconds=40)
-    row = make_timeout(make_saga("admin-retrying"), "nudge")
+    row = make_timer(make_saga("admin-retrying"), "nudge")
     SagaTimeout.objects.filter(pk=row.pk).update(attempts=3, next_attempt_at=retry_at)
 
     listed = viewer.get(_url("sagatimeout", "changelist") + "?status=retrying")

@@ -55,7 +55,7 @@ from tests.support.admin import (
 from tests.support.journal_rows import advanced_by_timer, entry, timer_canceled_by
 from tests.support.services import in_ci
 from tests.testapp.ops_events import QuoteSent
-from tests.testapp.ops_flows import QuoteFollowUpFlow, make_saga, make_timeout
+from tests.testapp.ops_flows import QuoteFollowUpFlow, make_saga, make_timer
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -261,8 +261,8 @@ def long_rows() -> SagaInstance:
     timer of every status, outbox rows and audit records naming them."""
     saga = make_saga(LONG_KEY, saga_type=LONG_SAGA_TYPE)
     for name, outcome in (("payment-reminder-1", "fired"), ("payment-reminder-2", None)):
-        make_timeout(saga, name, outcome=outcome, event_type=LONG_EVENT_TYPE)
-    make_timeout(saga, "escalate", outcome="dead_lettered", event_type=LONG_EVENT_TYPE)
+        make_timer(saga, name, outcome=outcome, event_type=LONG_EVENT_TYPE)
+    make_timer(saga, "escalate", outcome="dead_lettered", event_type=LONG_EVENT_TYPE)
     for _ in range(3):
         SagaOutboxMessage.objects.create(
             saga=saga,
@@ -349,7 +349,7 @@ def unbreakable_rows() -> dict[str, str]:
     saga = make_saga(UNBREAKABLE_KEY, saga_type=UNBREAKABLE_SAGA_TYPE)
     SagaInstance.objects.filter(pk=saga.pk).update(state={"note": UNBREAKABLE_TEXT})
     claimed, dead = (
-        make_timeout(
+        make_timer(
             saga,
             UNBREAKABLE_NAME + (outcome or ""),
             outcome=outcome,
@@ -606,7 +606,7 @@ def _a_dispatcher_that_died_holding_claims(*, hours_ago: int, claims: int) -> No
         claims=claims,
     )
     for n in range(claims):
-        timer = make_timeout(make_saga(f"o-{1001 + n}"), "reminder", due_at=died)
+        timer = make_timer(make_saga(f"o-{1001 + n}"), "reminder", due_at=died)
         SagaTimeout.objects.filter(pk=timer.pk).update(
             claimed_by=dead.pk, claimed_until=died + timedelta(minutes=5)
         )

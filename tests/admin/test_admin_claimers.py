@@ -13,7 +13,7 @@ from freezegun import freeze_time
 
 from bsft_saga.models import DispatcherKind, SagaDispatcher, SagaOutboxMessage, SagaTimeout
 from tests.support.admin import admin_url, staff_client
-from tests.testapp.ops_flows import make_saga, make_timeout
+from tests.testapp.ops_flows import make_saga, make_timer
 
 pytestmark = pytest.mark.django_db
 
@@ -64,7 +64,7 @@ def _outbox_row(**fields: Any) -> SagaOutboxMessage:
 
 def test_a_claimed_row_names_its_claimer_and_when_the_lease_ends() -> None:
     live = _dispatcher(timedelta(seconds=2), host="worker-4", pid=41)
-    timer = _claimed(make_timeout(make_saga("c-live"), due_at=NOW), live)
+    timer = _claimed(make_timer(make_saga("c-live"), due_at=NOW), live)
 
     shown = _fields(timer)
 
@@ -92,7 +92,7 @@ def test_a_claimed_row_whose_claimer_is_stale_warns_with_the_idle_time_and_the_l
 @pytest.mark.parametrize("outcome", ["fired", "canceled", "dead_lettered"])
 def test_a_retired_timer_names_its_last_claimer_plainly_and_no_heartbeat(outcome: str) -> None:
     dead = _dispatcher(timedelta(hours=3))
-    timer = make_timeout(make_saga(f"c-{outcome}"), outcome=outcome, due_at=NOW)
+    timer = make_timer(make_saga(f"c-{outcome}"), outcome=outcome, due_at=NOW)
     _claimed(timer, dead, until=NOW - timedelta(hours=3) + timedelta(minutes=5))
 
     shown = _fields(timer)
@@ -116,7 +116,7 @@ def test_a_delivered_outbox_row_names_its_last_claimer_plainly() -> None:
 
 def test_a_pending_row_whose_lease_ran_out_is_held_by_nobody() -> None:
     dead = _dispatcher(timedelta(hours=3))
-    timer = make_timeout(make_saga("c-lapsed"), due_at=NOW - timedelta(hours=3))
+    timer = make_timer(make_saga("c-lapsed"), due_at=NOW - timedelta(hours=3))
     _claimed(timer, dead, until=NOW - timedelta(minutes=1))
 
     shown = _fields(timer)
@@ -126,7 +126,7 @@ def test_a_pending_row_whose_lease_ran_out_is_held_by_nobody() -> None:
 
 
 def test_a_row_claimed_by_a_process_that_does_not_report_says_so_with_the_lease_end() -> None:
-    timer = make_timeout(make_saga("c-code"), due_at=NOW)
+    timer = make_timer(make_saga("c-code"), due_at=NOW)
     SagaTimeout.objects.filter(pk=timer.pk).update(claimed_until=LEASE_ENDS)
 
     shown = _fields(timer)
@@ -137,6 +137,6 @@ def test_a_row_claimed_by_a_process_that_does_not_report_says_so_with_the_lease_
 
 
 def test_a_row_that_no_claim_ever_took_shows_no_claimer() -> None:
-    shown = _fields(make_timeout(make_saga("c-never"), due_at=NOW + timedelta(days=1)))
+    shown = _fields(make_timer(make_saga("c-never"), due_at=NOW + timedelta(days=1)))
 
     assert shown == {"claimer": "-", "claimer_heartbeat": "-"}

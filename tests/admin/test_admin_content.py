@@ -27,7 +27,7 @@ from tests.support.admin import (
     make_content_rows,
     staff_client,
 )
-from tests.testapp.ops_flows import make_saga, make_timeout
+from tests.testapp.ops_flows import make_saga, make_timer
 
 pytestmark = pytest.mark.django_db
 
@@ -105,7 +105,7 @@ def test_a_changelist_refuses_lookups_on_content_with_400_for_everyone(
 
 def test_lookups_on_metadata_still_filter(viewer: Client, rows: ContentRows) -> None:
     other = make_saga("someone-else")
-    make_timeout(other, "dead", outcome="dead_lettered")
+    make_timer(other, "dead", outcome="dead_lettered")
 
     query = {"saga__id__exact": str(rows.saga.pk)}
     page = viewer.get(admin_url("sagatimeout", "changelist"), query)

@@ -25,7 +25,7 @@ from tests.admin.test_admin import _messages, _url, _user
 from tests.admin.test_admin_operations import OPERATOR, offered_actions
 from tests.admin.test_admin_picture import _groups, _picture, _text
 from tests.testapp.ops_events import QuoteSent
-from tests.testapp.ops_flows import make_saga, make_timeout
+from tests.testapp.ops_flows import make_saga, make_timer
 
 pytestmark = pytest.mark.django_db
 
@@ -39,8 +39,8 @@ def _act(client: Client, action: str, *timers: SagaTimeout, **fields: str) -> An
 
 def test_cancel_timeouts_cancels_pending_timers_and_names_a_claimed_one() -> None:
     saga = make_saga("cancel")
-    free = make_timeout(saga, "free", due_at=clock.now() + timedelta(days=1))
-    held = make_timeout(saga, "held", due_at=clock.now() - timedelta(minutes=1))
+    free = make_timer(saga, "free", due_at=clock.now() + timedelta(days=1))
+    held = make_timer(saga, "held", due_at=clock.now() - timedelta(minutes=1))
     SagaTimeout.objects.filter(pk=held.pk).update(claimed_until=clock.now() + timedelta(minutes=4))
 
     response = _act(_user("operator", *OPERATOR), "cancel_timeouts", free, held)
@@ -56,7 +56,7 @@ def test_cancel_timeouts_cancels_pending_timers_and_names_a_claimed_one() -> Non
 
 
 def test_reschedule_timeout_asks_for_the_time_then_moves_the_timer() -> None:
-    timer = make_timeout(make_saga("move"), "later", due_at=clock.now() + timedelta(days=1))
+    timer = make_timer(make_saga("move"), "later", due_at=clock.now() + timedelta(days=1))
     operator = _user("operator", *OPERATOR)
 
     form = _act(operator, "reschedule_timeout", timer)
@@ -84,7 +84,7 @@ def test_reschedule_timeout_shows_a_form_error_for_a_time_it_cannot_store(
     typed: str, error: str
 ) -> None:
     due = clock.now() + timedelta(days=1)
-    timer = make_timeout(make_saga("bad"), "later", due_at=due)
+    timer = make_timer(make_saga("bad"), "later", due_at=due)
 
     response = _act(
         _user("operator", *OPERATOR), "reschedule_timeout", timer, post="yes", due_at=typed
@@ -116,7 +116,7 @@ def _form_text(response: Any, id_: str) -> str | None:
 def test_the_reschedule_form_names_the_timer_s_saga_linked_and_its_due_time() -> None:
     saga = make_saga("q-4711")
     due = datetime(2031, 5, 6, 7, 8, 9, tzinfo=UTC)
-    timer = make_timeout(saga, "followup", due_at=due)
+    timer = make_timer(saga, "followup", due_at=due)
 
     form = _act(_user("operator", *OPERATOR), "reschedule_timeout", timer)
 
@@ -134,7 +134,7 @@ def test_the_reschedule_form_says_a_claim_holds_the_timer_until_when_before_it_i
     dispatcher = SagaDispatcher.objects.create(
         host="web-1", pid=4242, kind="loop", started_at=clock.now(), last_pass_at=clock.now()
     )
-    timer = make_timeout(make_saga("held"), "held", due_at=clock.now())
+    timer = make_timer(make_saga("held"), "held", due_at=clock.now())
     until = (clock.now() + timedelta(minutes=4)).replace(microsecond=0)
     SagaTimeout.objects.filter(pk=timer.pk).update(claimed_until=until, claimed_by=dispatcher.pk)
 
@@ -147,7 +147,7 @@ def test_the_reschedule_form_says_a_claim_holds_the_timer_until_when_before_it_i
 
 
 def test_the_reschedule_form_says_a_retired_timer_cannot_be_moved() -> None:
-    timer = make_timeout(make_saga("gone"), "gone", outcome="fired")
+    timer = make_timer(make_saga("gone"), "gone", outcome="fired")
 
     form = _act(_user("operator", *OPERATOR), "reschedule_timeout", timer)
 
@@ -158,7 +158,7 @@ def test_the_reschedule_form_says_a_retired_timer_cannot_be_moved() -> None:
 
 def test_reschedule_timeout_takes_one_timer_at_a_time() -> None:
     saga = make_saga("two")
-    timers = [make_timeout(saga, name, due_at=clock.now()) for name in ("a", "b")]
+    timers = [make_timer(saga, name, due_at=clock.now()) for name in ("a", "b")]
 
     response = _act(_user("operator", *OPERATOR), "reschedule_timeout", *timers)
 
@@ -166,7 +166,7 @@ def test_reschedule_timeout_takes_one_timer_at_a_time() -> None:
 
 
 def test_cancel_and_reschedule_need_the_change_permission() -> None:
-    timer = make_timeout(make_saga("nope"), due_at=clock.now() + timedelta(days=1))
+    timer = make_timer(make_saga("nope"), due_at=clock.now() + timedelta(days=1))
     viewer = _user("viewer", "view_sagatimeout")
 
     changelist = viewer.get(_url("sagatimeout", "changelist"))
@@ -241,7 +241,7 @@ def test_an_operator_who_may_terminate_moves_the_saga_s_deadline_with_its_timer(
 
 def test_cancel_timeouts_refuses_the_deadline_timer_even_to_who_may_terminate() -> None:
     deadline = _deadline_timer("q-cancel")
-    free = make_timeout(deadline.saga, "free", due_at=clock.now() + timedelta(days=1))
+    free = make_timer(deadline.saga, "free", due_at=clock.now() + timedelta(days=1))
 
     response = _act(_user("ops", *OPERATOR, "terminate_saga"), "cancel_timeouts", deadline, free)
 
@@ -259,7 +259,7 @@ def test_requeueing_a_dead_lettered_deadline_timer_needs_the_terminate_permissio
     # Requeued past its due time, the deadline timer fires at the next pass and expires
     # the saga: the same power as firing it now.
     deadline = _deadline_timer("q-requeue")
-    other = make_timeout(
+    other = make_timer(
         deadline.saga, "other", outcome=TimeoutOutcome.DEAD_LETTERED, dispatched_at=clock.now()
     )
     SagaTimeout.objects.filter(pk=deadline.pk).update(

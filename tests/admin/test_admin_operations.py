@@ -18,7 +18,7 @@ from bsft_saga.timeouts.expedite import fire_now
 from bsft_saga.timeouts.requests import DEADLINE_TIMER_NAME
 from tests.admin.test_admin import _messages, _url, _user
 from tests.testapp.ops_events import QuoteSent
-from tests.testapp.ops_flows import make_saga, make_timeout
+from tests.testapp.ops_flows import make_saga, make_timer
 
 pytestmark = pytest.mark.django_db
 
@@ -36,8 +36,8 @@ def offered_actions(changelist: Any) -> set[str]:
 def test_the_app_index_shows_lag_due_timers_and_dead_letters_at_a_glance() -> None:
     saga = make_saga("glance")
     now = clock.now()
-    make_timeout(saga, "late", due_at=now - timedelta(minutes=2))
-    make_timeout(saga, "dead", outcome=TimeoutOutcome.DEAD_LETTERED)
+    make_timer(saga, "late", due_at=now - timedelta(minutes=2))
+    make_timer(saga, "dead", outcome=TimeoutOutcome.DEAD_LETTERED)
     client = _user("viewer", "view_sagainstance", "view_sagatimeout")
     client.get(APP_INDEX)  # import the URLconf (and psycopg) before freezegun patches datetime
 
@@ -56,11 +56,11 @@ def test_the_app_index_shows_lag_due_timers_and_dead_letters_at_a_glance() -> No
 def test_each_count_at_a_glance_links_to_a_list_of_as_many_rows() -> None:
     saga = make_saga("glance")
     now = clock.now()
-    late = make_timeout(saga, "late", due_at=now - timedelta(minutes=2))
-    claimed = make_timeout(saga, "claimed", due_at=now - timedelta(minutes=3))
-    retrying = make_timeout(saga, "retrying", due_at=now - timedelta(minutes=4))
-    make_timeout(saga, "later", due_at=now + timedelta(hours=1))
-    make_timeout(saga, "dead", outcome=TimeoutOutcome.DEAD_LETTERED)
+    late = make_timer(saga, "late", due_at=now - timedelta(minutes=2))
+    claimed = make_timer(saga, "claimed", due_at=now - timedelta(minutes=3))
+    retrying = make_timer(saga, "retrying", due_at=now - timedelta(minutes=4))
+    make_timer(saga, "later", due_at=now + timedelta(hours=1))
+    make_timer(saga, "dead", outcome=TimeoutOutcome.DEAD_LETTERED)
     # Due, but held back: a dispatcher's claim, a retry's back-off. Late all the same.
     SagaTimeout.objects.filter(pk=claimed.pk).update(claimed_until=now + timedelta(minutes=5))
     SagaTimeout.objects.filter(pk=retrying.pk).update(
@@ -101,9 +101,9 @@ def test_the_stuck_filter_lists_active_instances_without_a_pending_timer_that_di
     old = clock.now() - timedelta(days=2)
     stuck = make_saga("stuck", now=old)
     waiting = make_saga("waiting-for-a-timer", now=old)
-    make_timeout(waiting, due_at=clock.now() + timedelta(days=1))
+    make_timer(waiting, due_at=clock.now() + timedelta(days=1))
     retired = make_saga("only-retired-timers", now=old)
-    make_timeout(retired, outcome=TimeoutOutcome.FIRED)
+    make_timer(retired, outcome=TimeoutOutcome.FIRED)
     make_saga("done", complete=True, now=old)
     make_saga("recent")
 
@@ -157,7 +157,7 @@ def test_the_action_first_asks_for_a_reason_on_a_confirmation_page() -> None:
 
 def test_confirming_with_a_reason_terminates_and_audits_under_the_user() -> None:
     saga = make_saga("go")
-    make_timeout(saga, due_at=clock.now() + timedelta(hours=1))
+    make_timer(saga, due_at=clock.now() + timedelta(hours=1))
     client = _user("ops", *TERMINATOR)
 
     response = _terminate(client, saga, post="yes", reason="duplicate order")
@@ -244,8 +244,8 @@ def _fire_now(client: Client, *timers: SagaTimeout) -> Any:
 
 def test_fire_now_makes_pending_timers_due_now_and_audits_each() -> None:
     saga = make_saga("fire")
-    later = make_timeout(saga, "later", due_at=clock.now() + timedelta(days=3))
-    backing_off = make_timeout(saga, "backing-off", due_at=clock.now() - timedelta(minutes=1))
+    later = make_timer(saga, "later", due_at=clock.now() + timedelta(days=3))
+    backing_off = make_timer(saga, "backing-off", due_at=clock.now() - timedelta(minutes=1))
     SagaTimeout.objects.filter(pk=backing_off.pk).update(
         attempts=2, next_attempt_at=clock.now() + timedelta(hours=1)
     )
@@ -264,7 +264,7 @@ def test_fire_now_makes_pending_timers_due_now_and_audits_each() -> None:
 
 
 def test_fire_now_refuses_timers_that_are_no_longer_pending() -> None:
-    fired = make_timeout(make_saga("fired"), outcome=TimeoutOutcome.FIRED)
+    fired = make_timer(make_saga("fired"), outcome=TimeoutOutcome.FIRED)
 
     response = _fire_now(_user("operator", *OPERATOR), fired)
 
@@ -289,7 +289,7 @@ def test_a_timer_fired_now_fires_at_the_next_drain() -> None:
 
 
 def test_fire_now_needs_the_change_permission() -> None:
-    timer = make_timeout(make_saga("nope"), due_at=clock.now() + timedelta(days=1))
+    timer = make_timer(make_saga("nope"), due_at=clock.now() + timedelta(days=1))
     viewer = _user("viewer", "view_sagatimeout")
 
     changelist = viewer.get(_url("sagatimeout", "changelist"))
@@ -310,8 +310,8 @@ def test_fire_now_reports_a_claimed_timer_as_held_until_its_lease_ends() -> None
     saga = make_saga("claimed")
     moment = clock.now().replace(microsecond=0)
     lease_end = moment + timedelta(minutes=4)
-    claimed = make_timeout(saga, "claimed", due_at=moment - timedelta(minutes=1))
-    free = make_timeout(saga, "free", due_at=moment + timedelta(days=1))
+    claimed = make_timer(saga, "claimed", due_at=moment - timedelta(minutes=1))
+    free = make_timer(saga, "free", due_at=moment + timedelta(days=1))
     SagaTimeout.objects.filter(pk=claimed.pk).update(claimed_until=lease_end)
 
     with freeze_time(moment):
@@ -332,9 +332,9 @@ def test_fire_now_reports_a_claimed_timer_as_held_until_its_lease_ends() -> None
 def test_the_fire_now_service_counts_held_timers_apart() -> None:
     saga = make_saga("claimed")
     now = clock.now()
-    claimed = make_timeout(saga, "claimed", due_at=now + timedelta(days=1))
+    claimed = make_timer(saga, "claimed", due_at=now + timedelta(days=1))
     SagaTimeout.objects.filter(pk=claimed.pk).update(claimed_until=now + timedelta(minutes=4))
-    expired_claim = make_timeout(saga, "expired-claim", due_at=now + timedelta(days=1))
+    expired_claim = make_timer(saga, "expired-claim", due_at=now + timedelta(days=1))
     SagaTimeout.objects.filter(pk=expired_claim.pk).update(claimed_until=now - timedelta(seconds=1))
 
     result = fire_now([claimed.pk, expired_claim.pk], now=now)
@@ -353,7 +353,7 @@ def _deadline_timer(key: str) -> SagaTimeout:
 def test_firing_a_deadline_timer_now_needs_the_terminate_permission() -> None:
     # Its event runs the flow's on_expired, which here completes the saga.
     deadline = _deadline_timer("q-deadline")
-    other = make_timeout(deadline.saga, "followup-2", due_at=clock.now() + timedelta(days=1))
+    other = make_timer(deadline.saga, "followup-2", due_at=clock.now() + timedelta(days=1))
 
     response = _fire_now(_user("operator", *OPERATOR), deadline, other)
 

@@ -13,7 +13,7 @@ from freezegun import freeze_time
 from bsft_saga.admin.times import format_duration
 from bsft_saga.models import DispatcherKind, SagaDispatcher
 from tests.support.admin import staff_client
-from tests.testapp.ops_flows import make_saga, make_timeout
+from tests.testapp.ops_flows import make_saga, make_timer
 
 pytestmark = pytest.mark.django_db
 
@@ -89,7 +89,7 @@ def test_the_panel_shows_a_long_idle_time_in_hours_and_minutes_in_the_warning_co
 
 def test_the_panel_shows_a_long_lag_in_hours_and_minutes_in_the_warning_colour() -> None:
     _dispatcher(timedelta(seconds=1))
-    make_timeout(make_saga("late"), "late", due_at=NOW - timedelta(hours=2, minutes=5))
+    make_timer(make_saga("late"), "late", due_at=NOW - timedelta(hours=2, minutes=5))
 
     panel = _panel()
 

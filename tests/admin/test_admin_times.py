@@ -25,7 +25,7 @@ from bsft_saga.models import (
 )
 from tests.support.admin import admin_url, staff_client, staff_user
 from tests.support.journal_rows import advanced_by_timer
-from tests.testapp.ops_flows import make_saga, make_timeout
+from tests.testapp.ops_flows import make_saga, make_timer
 
 pytestmark = pytest.mark.django_db
 
@@ -86,7 +86,7 @@ def test_no_admin_page_of_bsft_saga_shows_a_moment_in_djangos_format() -> None:
     request = RequestFactory().get("/")
     request.user = staff_user("root", superuser=True)
     saga = make_saga("every-field")
-    make_timeout(saga)
+    make_timer(saga)
     columns = 0
     for model, model_admin in admin.site._registry.items():
         if model._meta.app_label != "bsft_saga":
@@ -108,7 +108,7 @@ def test_no_admin_page_of_bsft_saga_shows_a_moment_in_djangos_format() -> None:
 def berlin_rows() -> dict[str, Any]:
     """One row of each model, every moment at ``MOMENT``, shown in Berlin."""
     saga = make_saga("berlin", now=MOMENT)
-    timer = make_timeout(saga, "remind", due_at=MOMENT)
+    timer = make_timer(saga, "remind", due_at=MOMENT)
     outbox = SagaOutboxMessage.objects.create(
         saga=saga, event_type="tests.ops.noted", payload={}, created_at=MOMENT
     )
@@ -192,7 +192,7 @@ def test_the_reschedule_page_shows_the_due_time_and_its_message_the_new_one(
 def test_a_moment_column_still_sorts_by_its_field() -> None:
     saga = make_saga("sorted")
     later, sooner = (
-        make_timeout(saga, name, due_at=MOMENT + delta)
+        make_timer(saga, name, due_at=MOMENT + delta)
         for name, delta in (("later", timedelta(hours=1)), ("sooner", timedelta(0)))
     )
     client = staff_client("root", superuser=True)

@@ -20,7 +20,7 @@ from bsft_saga.api.serializers import TIMER_FIELDS
 from bsft_saga.audit import READ_CONTENT
 from bsft_saga.models import SagaAuditRecord, SagaInstance, SagaTimeout
 from bsft_saga.timeouts.listing import RETIRED_TIMERS_LISTED
-from tests.testapp.ops_flows import make_saga, make_timeout
+from tests.testapp.ops_flows import make_saga, make_timer
 
 pytestmark = pytest.mark.django_db
 
@@ -78,8 +78,8 @@ def reader() -> APIClient:
 def busy_saga() -> dict[str, Any]:
     """Two pending timers and 60 retired ones (more than the detail lists)."""
     saga = make_saga("busy")
-    later = make_timeout(saga, "later", due_at=T0 + timedelta(days=2))
-    sooner = make_timeout(saga, "sooner", due_at=T0 + timedelta(days=1))
+    later = make_timer(saga, "later", due_at=T0 + timedelta(days=2))
+    sooner = make_timer(saga, "sooner", due_at=T0 + timedelta(days=1))
     retired = retire_many(saga, RETIRED_TIMERS_LISTED + 10)
     return {"saga": saga, "pending": [sooner.pk, later.pk], "retired": retired}
 
@@ -102,8 +102,8 @@ def test_the_detail_lists_every_pending_timer_and_the_50_newest_retired(
 
 def test_the_detail_of_a_small_instance_lists_all_its_timers(reader: APIClient) -> None:
     saga = make_saga("small")
-    make_timeout(saga, "pending")
-    make_timeout(saga, "gone", outcome="canceled")
+    make_timer(saga, "pending")
+    make_timer(saga, "gone", outcome="canceled")
 
     body = reader.get(detail(saga)).json()
 
@@ -114,7 +114,7 @@ def test_the_detail_of_a_small_instance_lists_all_its_timers(reader: APIClient) 
 def test_the_detail_lists_pending_timers_beyond_the_cap(reader: APIClient) -> None:
     saga = make_saga("many-pending")
     for number in range(RETIRED_TIMERS_LISTED + 5):
-        make_timeout(saga, f"t-{number}")
+        make_timer(saga, f"t-{number}")
     retire_many(saga, 3)
 
     body = reader.get(detail(saga)).json()

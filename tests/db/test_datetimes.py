@@ -29,7 +29,7 @@ from bsft_saga.timeouts import DrainReport, drain_due
 from tests.support.admin import admin_url, staff_client
 from tests.testapp.dispatch_events import InvoiceSent
 from tests.testapp.events import QuoteSent
-from tests.testapp.ops_flows import make_saga, make_timeout
+from tests.testapp.ops_flows import make_saga, make_timer
 from tests.testapp.timer_events import ProbePoked, ProbeStarted
 from tests.testapp.timer_flows import ProbeFlow, schedule_probe_due, timers_of
 
@@ -126,8 +126,8 @@ def store_unreadable(model: type[Any], pk: Any, column: str) -> None:
 def unreadable() -> SagaTimeout:
     """A pending timer due in year 10000, of a saga whose deadline is year 10000."""
     saga = make_saga("far-away")
-    make_timeout(saga, "readable")
-    timer = make_timeout(saga, "far")
+    make_timer(saga, "readable")
+    timer = make_timer(saga, "far")
     store_unreadable(SagaTimeout, timer.pk, "due_at")
     store_unreadable(SagaInstance, saga.pk, "deadline")
     return timer

@@ -28,7 +28,7 @@ from bsft_saga.db.stored_rows import find_problems, migrations_applied
 from bsft_saga.models import SagaInstance, SagaOutboxMessage, SagaTimeout
 from tests.support.deploys import running_release
 from tests.testapp.ops_events import ApprovalRequested, Approved
-from tests.testapp.ops_flows import make_saga, make_timeout
+from tests.testapp.ops_flows import make_saga, make_timer
 from tests.testapp.parcel_events import ParcelOrdered, ParcelWeighed
 from tests.testapp.parcel_flows import COLLECTION_TIMER, ParcelFlowV1
 
@@ -204,10 +204,10 @@ def test_the_state_check_samples_the_most_recently_updated_instances() -> None:
 @pytest.mark.django_db
 def test_pending_and_dead_lettered_timers_of_an_unknown_event_type_are_e052() -> None:
     saga = make_saga("r-1")
-    pending = make_timeout(saga, "pending", event_type="tests.ops.renamed-away")
-    make_timeout(saga, "dead", outcome="dead_lettered", event_type="tests.ops.renamed-away")
-    make_timeout(saga, "fired", outcome="fired", event_type="tests.ops.renamed-away")
-    make_timeout(saga, "known")
+    pending = make_timer(saga, "pending", event_type="tests.ops.renamed-away")
+    make_timer(saga, "dead", outcome="dead_lettered", event_type="tests.ops.renamed-away")
+    make_timer(saga, "fired", outcome="fired", event_type="tests.ops.renamed-away")
+    make_timer(saga, "known")
 
     [error] = database_errors()
 
@@ -261,7 +261,7 @@ def test_undelivered_outbox_rows_of_an_unknown_event_type_are_e053() -> None:
 @pytest.mark.django_db
 def test_manage_py_check_with_the_database_fails_listing_every_problem() -> None:
     make_saga("gone", saga_type="tests.no-longer-installed")
-    make_timeout(make_saga("r-1"), event_type="tests.ops.renamed-away")
+    make_timer(make_saga("r-1"), event_type="tests.ops.renamed-away")
 
     with pytest.raises(SystemCheckError) as raised:
         call_command("check", databases=["default"], stdout=StringIO(), stderr=StringIO())
@@ -299,7 +299,7 @@ def test_a_fresh_check_process_knows_the_deadline_event_and_reports_the_rest(
     clean = subprocess.run(
         check, env=subprocess_env, capture_output=True, text=True, timeout=120, check=False
     )
-    make_timeout(make_saga("r-1"), event_type="tests.ops.renamed-away")
+    make_timer(make_saga("r-1"), event_type="tests.ops.renamed-away")
     dirty = subprocess.run(
         check, env=subprocess_env, capture_output=True, text=True, timeout=120, check=False
     )

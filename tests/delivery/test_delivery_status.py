@@ -14,7 +14,7 @@ import pytest
 from bsft_saga import clock
 from bsft_saga.models import SagaOutboxMessage, SagaTimeout
 from bsft_saga.querysets import OUTBOX_STATUSES, TIMER_STATUSES, DeliveryStatus
-from tests.testapp.ops_flows import make_saga, make_timeout
+from tests.testapp.ops_flows import make_saga, make_timer
 
 pytestmark = pytest.mark.django_db
 
@@ -26,14 +26,14 @@ def _timers() -> tuple[dict[DeliveryStatus, SagaTimeout], SagaTimeout]:
     now = clock.now()
     saga = make_saga("status")
     rows = {
-        S.WAITING: make_timeout(saga, "waiting", due_at=now + timedelta(hours=1)),
-        S.READY: make_timeout(saga, "ready", due_at=now - timedelta(seconds=1)),
-        S.RETRYING: make_timeout(saga, "retrying", due_at=now - timedelta(minutes=1)),
-        S.CLAIMED: make_timeout(saga, "claimed", due_at=now - timedelta(minutes=1)),
-        S.FIRED: make_timeout(saga, "fired", outcome="fired"),
-        S.MISSED: make_timeout(saga, "missed", outcome="missed"),
-        S.CANCELED: make_timeout(saga, "canceled", outcome="canceled"),
-        S.DEAD_LETTERED: make_timeout(saga, "dead", outcome="dead_lettered"),
+        S.WAITING: make_timer(saga, "waiting", due_at=now + timedelta(hours=1)),
+        S.READY: make_timer(saga, "ready", due_at=now - timedelta(seconds=1)),
+        S.RETRYING: make_timer(saga, "retrying", due_at=now - timedelta(minutes=1)),
+        S.CLAIMED: make_timer(saga, "claimed", due_at=now - timedelta(minutes=1)),
+        S.FIRED: make_timer(saga, "fired", outcome="fired"),
+        S.MISSED: make_timer(saga, "missed", outcome="missed"),
+        S.CANCELED: make_timer(saga, "canceled", outcome="canceled"),
+        S.DEAD_LETTERED: make_timer(saga, "dead", outcome="dead_lettered"),
     }
     SagaTimeout.objects.filter(pk=rows[S.RETRYING].pk).update(
         attempts=1, next_attempt_at=now + timedelta(seconds=5)
@@ -42,7 +42,7 @@ def _timers() -> tuple[dict[DeliveryStatus, SagaTimeout], SagaTimeout]:
         claim_token=uuid.uuid4(), claimed_until=now + timedelta(minutes=5)
     )
     # Past a back-off and past a lease: ready again.
-    ready_again = make_timeout(saga, "retried", due_at=now - timedelta(minutes=2))
+    ready_again = make_timer(saga, "retried", due_at=now - timedelta(minutes=2))
     SagaTimeout.objects.filter(pk=ready_again.pk).update(
         attempts=2, next_attempt_at=now - timedelta(seconds=1), claimed_until=now - timedelta(1)
     )

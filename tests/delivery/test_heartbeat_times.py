@@ -28,7 +28,7 @@ from bsft_saga.retention import purge_saga_data
 from bsft_saga.status import saga_status
 from tests.admin.test_admin import _user
 from tests.db.test_datetimes import UNREADABLE
-from tests.testapp.ops_flows import make_saga, make_timeout
+from tests.testapp.ops_flows import make_saga, make_timer
 
 pytestmark = pytest.mark.django_db
 
@@ -127,7 +127,7 @@ def test_the_text_the_json_and_the_status_panel_say_the_heartbeat_is_ahead() -> 
 
 def test_a_row_claimed_by_a_dispatcher_far_ahead_names_it_stale() -> None:
     ahead = dispatcher_row(last_pass_at=NOW + timedelta(hours=1), pid=31)
-    timer = _claimed_by(make_timeout(make_saga("hb-ahead"), due_at=NOW), ahead)
+    timer = _claimed_by(make_timer(make_saga("hb-ahead"), due_at=NOW), ahead)
     client = _client()
 
     claimer = claimer_of(timer, now=NOW)
@@ -238,7 +238,7 @@ def test_an_outbox_due_time_out_of_range_fails_no_status_and_is_not_late(value: 
 def test_a_row_claimed_by_a_dispatcher_whose_heartbeat_cannot_be_read_names_it_stale() -> None:
     broken = dispatcher_row(last_pass_at=NOW, pid=31)
     _store(SagaDispatcher, broken.pk, "last_pass_at")
-    timer = _claimed_by(make_timeout(make_saga("hb-unreadable"), due_at=NOW), broken)
+    timer = _claimed_by(make_timer(make_saga("hb-unreadable"), due_at=NOW), broken)
     client = _client()
 
     claimer = claimer_of(timer, now=NOW)

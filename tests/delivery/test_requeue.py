@@ -36,7 +36,7 @@ from bsft_saga.timeouts import drain_due
 from bsft_saga.timeouts.maintenance import requeue_dead_lettered
 from bsft_saga.timeouts.requests import DEADLINE_TIMER_NAME
 from tests.testapp.engine_events import Unrouted
-from tests.testapp.ops_flows import make_saga, make_timeout
+from tests.testapp.ops_flows import make_saga, make_timer
 from tests.testapp.timer_events import (
     DebitRequested,
     PaymentDebited,
@@ -73,7 +73,7 @@ def _dead(row: SagaTimeout) -> bool:
 
 
 def test_a_requeue_resets_attempts_and_the_next_attempt() -> None:
-    row = make_timeout(make_saga("reset"), outcome=DEAD)
+    row = make_timer(make_saga("reset"), outcome=DEAD)
     SagaTimeout.objects.filter(pk=row.pk).update(next_attempt_at=clock.now())
 
     assert requeue_dead_lettered([row.pk]).requeued == 1
@@ -86,7 +86,7 @@ def test_a_requeue_moves_the_sagas_version_on() -> None:
     # A step that read the saga before the requeue must lose its version check and re-read:
     # it decides from that read whether ending its wait has timers to cancel.
     saga = make_saga("version")
-    row = make_timeout(saga, outcome=DEAD)
+    row = make_timer(saga, outcome=DEAD)
 
     assert requeue_dead_lettered([row.pk]).requeued == 1
 
@@ -95,7 +95,7 @@ def test_a_requeue_moves_the_sagas_version_on() -> None:
 
 def test_a_step_scoped_timer_whose_wait_has_ended_is_refused() -> None:
     saga = make_saga("moved-on")
-    stale = make_timeout(saga, "remind", outcome=DEAD)  # scheduled for the wait at step 1
+    stale = make_timer(saga, "remind", outcome=DEAD)  # scheduled for the wait at step 1
     _moved_on(saga)
 
     result = requeue_dead_lettered([stale.pk])
@@ -109,7 +109,7 @@ def test_a_step_scoped_timer_whose_wait_has_ended_is_refused() -> None:
 
 def test_a_saga_scoped_timer_is_requeued_after_its_saga_moved_on() -> None:
     saga = make_saga("saga-scope")
-    kept = make_timeout(saga, "remind", outcome=DEAD)
+    kept = make_timer(saga, "remind", outcome=DEAD)
     SagaTimeout.objects.filter(pk=kept.pk).update(scope="saga")
     _moved_on(saga)
 
@@ -117,7 +117,7 @@ def test_a_saga_scoped_timer_is_requeued_after_its_saga_moved_on() -> None:
 
 
 def test_a_step_scoped_timer_of_a_saga_still_at_its_step_is_requeued() -> None:
-    row = make_timeout(make_saga("same-step"), outcome=DEAD)
+    row = make_timer(make_saga("same-step"), outcome=DEAD)
     assert requeue_dead_lettered([row.pk]).requeued == 1
 
 
@@ -143,9 +143,9 @@ def test_a_refused_stale_timer_cannot_wake_the_later_step(
 
 def test_the_command_requeues_the_others_names_the_stale_timer_and_fails() -> None:
     saga = make_saga("cmd-moved-on")
-    stale = make_timeout(saga, outcome=DEAD)
+    stale = make_timer(saga, outcome=DEAD)
     _moved_on(saga)
-    fine = make_timeout(make_saga("cmd-fine"), outcome=DEAD)
+    fine = make_timer(make_saga("cmd-fine"), outcome=DEAD)
     out, err = StringIO(), StringIO()
 
     with pytest.raises(CommandError, match=rf"1 timer\(s\) not requeued: {stale.pk}$"):
@@ -164,9 +164,9 @@ def test_a_deadline_timer_refused_to_an_operator_keeps_its_place_among_the_refus
     # Requeued past its due time, the deadline timer fires at the next pass and expires its
     # saga; its refusal takes its place among the others, as every refusal does.
     saga = make_saga("dl-moved-on")
-    stale = make_timeout(saga, outcome=DEAD)
+    stale = make_timer(saga, outcome=DEAD)
     _moved_on(saga)
-    deadline = make_timeout(make_saga("dl-requeue"), DEADLINE_TIMER_NAME, outcome=DEAD)
+    deadline = make_timer(make_saga("dl-requeue"), DEADLINE_TIMER_NAME, outcome=DEAD)
     operator = User.objects.create_user("dl-operator")
 
     refused = requeue_dead_lettered([stale.pk, deadline.pk], user=operator)
@@ -194,9 +194,9 @@ def _messages(response: Any) -> list[tuple[str, str]]:
 
 def test_the_admin_action_requeues_the_others_and_warns_about_the_stale_timer() -> None:
     saga = make_saga("admin-moved-on")
-    stale = make_timeout(saga, outcome=DEAD)
+    stale = make_timer(saga, outcome=DEAD)
     _moved_on(saga)
-    fine = make_timeout(make_saga("admin-fine"), outcome=DEAD)
+    fine = make_timer(make_saga("admin-fine"), outcome=DEAD)
     operator = _staff("view_sagatimeout", "change_sagatimeout")
 
     response = operator.post(
@@ -365,8 +365,8 @@ def _audited() -> list[tuple[str, str, str, Any]]:
 
 def test_the_timer_admin_action_audits_each_requeued_timer_under_the_operator() -> None:
     saga = make_saga("audit-admin")
-    first, second = make_timeout(saga, "a", outcome=DEAD), make_timeout(saga, "b", outcome=DEAD)
-    refused = make_timeout(saga, "fired", outcome=TimeoutOutcome.FIRED)
+    first, second = make_timer(saga, "a", outcome=DEAD), make_timer(saga, "b", outcome=DEAD)
+    refused = make_timer(saga, "fired", outcome=TimeoutOutcome.FIRED)
     operator = _staff("view_sagatimeout", "change_sagatimeout")
     username = User.objects.get(is_staff=True).username
 
@@ -380,7 +380,7 @@ def test_the_timer_admin_action_audits_each_requeued_timer_under_the_operator() 
 
 def test_requeue_saga_timeouts_audits_each_requeued_timer_without_a_user() -> None:
     saga = make_saga("audit-command")
-    row = make_timeout(saga, outcome=DEAD)
+    row = make_timer(saga, outcome=DEAD)
 
     call_command("requeue_saga_timeouts", "--id", str(row.pk), stdout=StringIO())
 
@@ -406,7 +406,7 @@ def test_outbox_requeues_are_audited_from_the_admin_and_the_command(
 
 
 def test_a_refused_requeue_writes_no_audit_record() -> None:
-    row = make_timeout(make_saga("audit-refused"), outcome=TimeoutOutcome.FIRED)
+    row = make_timer(make_saga("audit-refused"), outcome=TimeoutOutcome.FIRED)
 
     assert requeue_dead_lettered([row.pk]).refused
 
@@ -415,7 +415,7 @@ def test_a_refused_requeue_writes_no_audit_record() -> None:
 
 @override_settings(BSFT_SAGA={"API": {"AUDIT_RECORDER": None}})
 def test_without_an_audit_recorder_a_requeue_still_requeues() -> None:
-    row = make_timeout(make_saga("audit-none"), outcome=DEAD)
+    row = make_timer(make_saga("audit-none"), outcome=DEAD)
 
     assert requeue_dead_lettered([row.pk]).requeued == 1
     assert not SagaAuditRecord.objects.exists()

@@ -17,7 +17,7 @@ from freezegun import freeze_time
 from bsft_saga.management.printable import printable
 from bsft_saga.models import JournalKind, SagaDispatcher, TimeoutOutcome
 from tests.support.journal_rows import entry, timer_canceled_by
-from tests.testapp.ops_flows import REMINDER_SAGA_TYPE, make_saga, make_timeout
+from tests.testapp.ops_flows import REMINDER_SAGA_TYPE, make_saga, make_timer
 
 pytestmark = pytest.mark.django_db
 
@@ -127,7 +127,7 @@ def test_terminate_saga_prints_a_refused_sagas_key_escaped() -> None:
 
 def test_cancel_and_reschedule_print_a_refused_timers_saga_key_escaped() -> None:
     with freeze_time(T0):
-        timer = make_timeout(make_saga(KEY), outcome=TimeoutOutcome.FIRED)
+        timer = make_timer(make_saga(KEY), outcome=TimeoutOutcome.FIRED)
         err = StringIO()
         with pytest.raises(CommandError):
             call_command("cancel_saga_timeouts", str(timer.pk), stdout=StringIO(), stderr=err)
@@ -158,7 +158,7 @@ def test_erase_saga_data_prints_the_key_it_was_given_escaped() -> None:
 
 def test_requeue_prints_a_refused_timers_saga_key_escaped() -> None:
     with freeze_time(T0):
-        timer = make_timeout(make_saga(KEY), name=TIMER_NAME, outcome=TimeoutOutcome.FIRED)
+        timer = make_timer(make_saga(KEY), name=TIMER_NAME, outcome=TimeoutOutcome.FIRED)
         err = StringIO()
         with pytest.raises(CommandError):
             call_command(

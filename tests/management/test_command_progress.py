@@ -23,7 +23,7 @@ from bsft_saga import clock
 from bsft_saga.management.progress import ProgressLine
 from bsft_saga.models import SagaKeptEvent, SagaTimeout, TimeoutOutcome
 from tests.support.retention_rows import outbox_row, saga
-from tests.testapp.ops_flows import make_saga, make_timeout
+from tests.testapp.ops_flows import make_saga, make_timer
 
 pytestmark = pytest.mark.django_db
 
@@ -73,7 +73,7 @@ def old_data() -> None:
     old = clock.now() - timedelta(days=40)
     for key in ("a", "b", "c"):
         done = saga(key, started_at=old, completed_at=old, events=2)
-        make_timeout(done, "remind", outcome=TimeoutOutcome.FIRED, dispatched_at=old)
+        make_timer(done, "remind", outcome=TimeoutOutcome.FIRED, dispatched_at=old)
         outbox_row(done, created_at=old, delivered_at=old)
 
 
@@ -168,7 +168,7 @@ def test_erase_draws_the_instances_done_on_a_terminal() -> None:
 def test_requeue_saga_timeouts_all_draws_every_hundred_timers() -> None:
     owner = make_saga("many")
     for n in range(150):
-        make_timeout(owner, f"t{n}", outcome=TimeoutOutcome.DEAD_LETTERED)
+        make_timer(owner, f"t{n}", outcome=TimeoutOutcome.DEAD_LETTERED)
 
     tty, pipe = on_terminal_and_in_a_pipe("requeue_saga_timeouts", "--all-dead-lettered")
 
@@ -211,7 +211,7 @@ def test_a_refused_requeue_wipes_its_line_before_its_summary_and_error() -> None
 
 def test_a_requeue_at_verbosity_0_draws_nothing_on_a_terminal() -> None:
     owner = make_saga("quiet")
-    make_timeout(owner, outcome=TimeoutOutcome.DEAD_LETTERED)
+    make_timer(owner, outcome=TimeoutOutcome.DEAD_LETTERED)
 
     tty, pipe = on_terminal_and_in_a_pipe("requeue_saga_timeouts", "--all-dead-lettered", "-v", "0")
 
@@ -249,7 +249,7 @@ def test_the_services_tell_their_progress_callback(old_data: None) -> None:
     saga("erased", started_at=old, completed_at=old)
     erased: list[tuple[int, int]] = []
     erase_saga_data("tests.ops.reminder", "erased", progress=lambda *told: erased.append(told))
-    make_timeout(make_saga("requeued"), outcome=TimeoutOutcome.DEAD_LETTERED)
+    make_timer(make_saga("requeued"), outcome=TimeoutOutcome.DEAD_LETTERED)
     requeued: list[tuple[int, int]] = []
     requeue_dead_lettered(progress=lambda *told: requeued.append(told))
 

@@ -28,7 +28,7 @@ from bsft_saga.models import SagaInstance, SagaOutboxMessage, SagaTimeout, Timeo
 from bsft_saga.outbox import DeliveryReport
 from bsft_saga.timeouts.dispatcher import DrainReport
 from tests.testapp.ops_events import Noted, ReminderRequested
-from tests.testapp.ops_flows import REMINDER_SAGA_TYPE, make_saga, make_timeout
+from tests.testapp.ops_flows import REMINDER_SAGA_TYPE, make_saga, make_timer
 
 TOTALS = "fired={} missed={} failed={} dead_lettered={} unclaimed={}"
 
@@ -267,12 +267,12 @@ def old_rows(db: Any) -> dict[str, SagaTimeout]:
     now = clock.now()
     saga = make_saga("purge")
     return {
-        "fired": make_timeout(saga, "fired", outcome="fired", dispatched_at=now - timedelta(40)),
-        "dead": make_timeout(
+        "fired": make_timer(saga, "fired", outcome="fired", dispatched_at=now - timedelta(40)),
+        "dead": make_timer(
             saga, "dead", outcome="dead_lettered", dispatched_at=now - timedelta(40)
         ),
-        "recent": make_timeout(saga, "recent", outcome="fired", dispatched_at=now - timedelta(1)),
-        "pending": make_timeout(saga, "pending", due_at=now - timedelta(40)),
+        "recent": make_timer(saga, "recent", outcome="fired", dispatched_at=now - timedelta(1)),
+        "pending": make_timer(saga, "pending", due_at=now - timedelta(40)),
     }
 
 
@@ -343,7 +343,7 @@ def test_purge_requires_older_than() -> None:
 
 @pytest.mark.django_db
 def test_requeue_by_id_requeues_and_reports() -> None:
-    dead = make_timeout(make_saga("r1"), outcome="dead_lettered")
+    dead = make_timer(make_saga("r1"), outcome="dead_lettered")
 
     out, err = run("requeue_saga_timeouts", "--id", str(dead.pk))
 
@@ -354,7 +354,7 @@ def test_requeue_by_id_requeues_and_reports() -> None:
 
 @pytest.mark.django_db
 def test_requeue_takes_several_ids_and_repeated_options() -> None:
-    rows = [make_timeout(make_saga(f"ids-{n}"), outcome="dead_lettered") for n in range(3)]
+    rows = [make_timer(make_saga(f"ids-{n}"), outcome="dead_lettered") for n in range(3)]
 
     out, _ = run(
         "requeue_saga_timeouts", "--id", str(rows[0].pk), str(rows[1].pk), "--id", str(rows[2].pk)
@@ -366,8 +366,8 @@ def test_requeue_takes_several_ids_and_repeated_options() -> None:
 @pytest.mark.django_db
 def test_requeue_all_dead_lettered() -> None:
     for n in range(2):
-        make_timeout(make_saga(f"all-{n}"), outcome="dead_lettered")
-    make_timeout(make_saga("fired"), outcome="fired")
+        make_timer(make_saga(f"all-{n}"), outcome="dead_lettered")
+    make_timer(make_saga("fired"), outcome="fired")
 
     out, _ = run("requeue_saga_timeouts", "--all-dead-lettered")
 
@@ -378,9 +378,9 @@ def test_requeue_all_dead_lettered() -> None:
 @pytest.mark.django_db
 def test_requeue_names_each_refusal_requeues_the_others_and_then_fails() -> None:
     saga = make_saga("twin")
-    dead = make_timeout(saga, outcome="dead_lettered")
-    pending = make_timeout(saga)
-    fine = make_timeout(make_saga("fine"), outcome="dead_lettered")
+    dead = make_timer(saga, outcome="dead_lettered")
+    pending = make_timer(saga)
+    fine = make_timer(make_saga("fine"), outcome="dead_lettered")
     out, err = StringIO(), StringIO()
 
     with pytest.raises(CommandError, match=rf"2 timer\(s\) not requeued: {dead.pk}, 424242"):

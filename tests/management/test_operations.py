@@ -34,7 +34,7 @@ from tests.testapp.ops_flows import (
     QuoteFollowUpFlow,
     ReminderFlow,
     make_saga,
-    make_timeout,
+    make_timer,
 )
 
 pytestmark = pytest.mark.django_db
@@ -52,7 +52,7 @@ def _pending(row: SagaTimeout) -> bool:
 
 
 def test_requeue_returns_a_dead_letter_to_the_pending_set() -> None:
-    row = make_timeout(make_saga(), outcome=DEAD, attempts=10, reason="UnknownEventType: gone")
+    row = make_timer(make_saga(), outcome=DEAD, attempts=10, reason="UnknownEventType: gone")
     SagaTimeout.objects.filter(pk=row.pk).update(claimed_until=clock.now())
 
     result = requeue_dead_lettered([row.pk])
@@ -85,8 +85,8 @@ def test_a_requeued_timer_fires_at_the_next_drain() -> None:
 
 def test_requeue_refuses_a_name_that_a_pending_timer_of_the_saga_holds() -> None:
     saga = make_saga("twin")
-    dead = make_timeout(saga, outcome=DEAD)
-    pending = make_timeout(saga)
+    dead = make_timer(saga, outcome=DEAD)
+    pending = make_timer(saga)
 
     result = requeue_dead_lettered([dead.pk])
 
@@ -102,8 +102,8 @@ def test_requeue_refuses_a_name_that_a_pending_timer_of_the_saga_holds() -> None
 
 def test_requeue_refuses_rows_that_are_not_dead_lettered() -> None:
     saga = make_saga()
-    fired = make_timeout(saga, "fired", outcome=TimeoutOutcome.FIRED)
-    pending = make_timeout(saga, "pending")
+    fired = make_timer(saga, "fired", outcome=TimeoutOutcome.FIRED)
+    pending = make_timer(saga, "pending")
 
     result = requeue_dead_lettered([fired.pk, pending.pk])
 
@@ -123,7 +123,7 @@ def test_requeue_refuses_ids_that_do_not_exist() -> None:
 
 
 def test_requeue_refuses_a_timer_of_a_completed_saga() -> None:
-    row = make_timeout(make_saga(complete=True), outcome=DEAD)
+    row = make_timer(make_saga(complete=True), outcome=DEAD)
 
     result = requeue_dead_lettered([row.pk])
 
@@ -133,8 +133,8 @@ def test_requeue_refuses_a_timer_of_a_completed_saga() -> None:
 
 
 def test_requeue_without_ids_takes_every_dead_letter_and_nothing_else() -> None:
-    dead = [make_timeout(make_saga(f"all-{n}"), outcome=DEAD) for n in range(3)]
-    fired = make_timeout(make_saga("fired"), outcome=TimeoutOutcome.FIRED)
+    dead = [make_timer(make_saga(f"all-{n}"), outcome=DEAD) for n in range(3)]
+    fired = make_timer(make_saga("fired"), outcome=TimeoutOutcome.FIRED)
 
     result = requeue_dead_lettered()
 
@@ -144,10 +144,10 @@ def test_requeue_without_ids_takes_every_dead_letter_and_nothing_else() -> None:
 
 
 def test_one_refusal_does_not_undo_the_other_requeues() -> None:
-    good = make_timeout(make_saga("good"), outcome=DEAD)
+    good = make_timer(make_saga("good"), outcome=DEAD)
     twin_saga = make_saga("refused")
-    refused = make_timeout(twin_saga, outcome=DEAD)
-    make_timeout(twin_saga)
+    refused = make_timer(twin_saga, outcome=DEAD)
+    make_timer(twin_saga)
 
     result = requeue_dead_lettered([refused.pk, good.pk, good.pk])
 
@@ -158,8 +158,8 @@ def test_one_refusal_does_not_undo_the_other_requeues() -> None:
 
 def test_requeue_losing_a_race_with_a_schedule_is_a_refusal(monkeypatch: Any) -> None:
     saga = make_saga("race")
-    dead = make_timeout(saga, outcome=DEAD)
-    pending = make_timeout(saga)
+    dead = make_timer(saga, outcome=DEAD)
+    pending = make_timer(saga)
     real_check = TimerChannel.requeue_refusal
     calls: list[int] = []
 
@@ -189,13 +189,13 @@ def history() -> dict[str, SagaTimeout]:
     old = now - timedelta(days=40)
     saga = make_saga("history")
     rows = {
-        outcome: make_timeout(saga, f"old-{outcome}", outcome=outcome, dispatched_at=old)
+        outcome: make_timer(saga, f"old-{outcome}", outcome=outcome, dispatched_at=old)
         for outcome in TimeoutOutcome.values
     }
-    rows["recent"] = make_timeout(
+    rows["recent"] = make_timer(
         saga, "recent", outcome=TimeoutOutcome.FIRED, dispatched_at=now - timedelta(days=10)
     )
-    rows["pending"] = make_timeout(saga, "pending", due_at=old)
+    rows["pending"] = make_timer(saga, "pending", due_at=old)
     return rows
 
 
@@ -236,7 +236,7 @@ def test_purge_deletes_in_batches_of_ids() -> None:
     saga = make_saga("batches")
     old = clock.now() - timedelta(days=2)
     for number in range(5):
-        make_timeout(saga, f"t{number}", outcome=TimeoutOutcome.FIRED, dispatched_at=old)
+        make_timer(saga, f"t{number}", outcome=TimeoutOutcome.FIRED, dispatched_at=old)
 
     with CaptureQueriesContext(connection) as queries:
         deleted = purge(timedelta(days=1), batch_size=2)

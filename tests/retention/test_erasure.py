@@ -26,7 +26,7 @@ from bsft_saga.retention import ERASED, DeletedRows, erase_saga_data
 from bsft_saga.timeouts import drain_due
 from tests.support.retention_rows import outbox_row, saga
 from tests.testapp.ops_events import ReminderRequested
-from tests.testapp.ops_flows import NUDGE_SAGA_TYPE, REMINDER_SAGA_TYPE, make_timeout
+from tests.testapp.ops_flows import NUDGE_SAGA_TYPE, REMINDER_SAGA_TYPE, make_timer
 
 pytestmark = pytest.mark.django_db
 
@@ -43,10 +43,10 @@ def customer() -> dict[str, Any]:
     second = saga("c-1", started_at=later, completed_at=later)
     active = saga("c-1", started_at=NOW - timedelta(hours=1), events=3)
     for instance in (first, second):
-        make_timeout(instance, "remind", outcome=TimeoutOutcome.FIRED, dispatched_at=EARLIER)
+        make_timer(instance, "remind", outcome=TimeoutOutcome.FIRED, dispatched_at=EARLIER)
         outbox_row(instance, created_at=EARLIER, delivered_at=EARLIER)
     outbox_row(second, created_at=EARLIER)  # undelivered: erased all the same
-    make_timeout(active, "remind", due_at=NOW + timedelta(days=1))
+    make_timer(active, "remind", due_at=NOW + timedelta(days=1))
     outbox_row(active, created_at=NOW)
     others = [
         saga("c-2", started_at=EARLIER, completed_at=EARLIER),

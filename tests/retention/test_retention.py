@@ -35,7 +35,7 @@ from bsft_saga.retention import (
 from bsft_saga.timeouts import drain_due
 from tests.support.retention_rows import audit_record, bulk_finished_sagas, outbox_row, saga
 from tests.testapp.ops_events import ReminderRequested
-from tests.testapp.ops_flows import REMINDER_SAGA_TYPE, make_timeout
+from tests.testapp.ops_flows import REMINDER_SAGA_TYPE, make_timer
 
 pytestmark = pytest.mark.django_db
 
@@ -62,9 +62,9 @@ def inbox_of(instance: SagaInstance) -> int:
 
 def test_a_finished_instance_older_than_the_window_goes_with_all_its_rows() -> None:
     done = saga("done", started_at=OLD, completed_at=OLD, events=3)
-    fired = make_timeout(done, "remind", outcome=TimeoutOutcome.FIRED, dispatched_at=OLD)
+    fired = make_timer(done, "remind", outcome=TimeoutOutcome.FIRED, dispatched_at=OLD)
     # Retired within the window, but it belongs to the finished instance.
-    canceled = make_timeout(done, "late", outcome=TimeoutOutcome.CANCELED, dispatched_at=RECENT)
+    canceled = make_timer(done, "late", outcome=TimeoutOutcome.CANCELED, dispatched_at=RECENT)
     delivered = outbox_row(done, created_at=OLD, delivered_at=RECENT)
 
     report = purge()
@@ -86,8 +86,8 @@ def test_a_finished_instance_within_the_window_stays_whole() -> None:
 
 def test_an_active_instance_and_its_inbox_rows_are_never_deleted() -> None:
     running = saga("running", started_at=OLD - timedelta(days=300), events=5)
-    pending = make_timeout(running, "remind", due_at=OLD)
-    fired = make_timeout(running, "old", outcome=TimeoutOutcome.FIRED, dispatched_at=OLD)
+    pending = make_timer(running, "remind", due_at=OLD)
+    fired = make_timer(running, "old", outcome=TimeoutOutcome.FIRED, dispatched_at=OLD)
 
     report = purge(older_than=timedelta(0), now=NOW + timedelta(days=3650))
 
@@ -115,7 +115,7 @@ def test_a_finished_instance_with_a_pending_timer_is_kept_with_the_timer() -> No
     # The engine cancels a saga's timers when it completes; a row written around it (by
     # hand, or by a bug) still never loses its pending timer.
     done = saga("done", started_at=OLD, completed_at=OLD)
-    pending = make_timeout(done, "remind", due_at=OLD)
+    pending = make_timer(done, "remind", due_at=OLD)
 
     assert purge() == PurgeReport()
     assert exists(done)
@@ -128,10 +128,10 @@ def test_a_finished_instance_with_a_pending_timer_is_kept_with_the_timer() -> No
 def test_retired_timers_of_any_instance_go_by_dispatched_at_whatever_their_outcome() -> None:
     running = saga("running", started_at=OLD)
     old = {
-        outcome: make_timeout(running, f"old-{outcome}", outcome=outcome, dispatched_at=OLD)
+        outcome: make_timer(running, f"old-{outcome}", outcome=outcome, dispatched_at=OLD)
         for outcome in TimeoutOutcome.values
     }
-    recent = make_timeout(running, "recent", outcome=TimeoutOutcome.FIRED, dispatched_at=RECENT)
+    recent = make_timer(running, "recent", outcome=TimeoutOutcome.FIRED, dispatched_at=RECENT)
 
     report = purge(keep_dead_lettered=False)
 
@@ -173,7 +173,7 @@ def dead_letters() -> dict[str, Any]:
     outbox_saga = saga("dead-outbox", started_at=OLD, completed_at=OLD, events=2)
     return {
         "timer_saga": timer_saga,
-        "timer": make_timeout(
+        "timer": make_timer(
             timer_saga, "remind", outcome=TimeoutOutcome.DEAD_LETTERED, dispatched_at=OLD
         ),
         "outbox_saga": outbox_saga,
@@ -262,10 +262,10 @@ def test_a_dry_run_counts_exactly_what_the_purge_then_deletes(
     dead_letters: dict[str, Any],
 ) -> None:
     done = saga("done", started_at=OLD, completed_at=OLD, events=2)
-    make_timeout(done, "remind", outcome=TimeoutOutcome.FIRED, dispatched_at=OLD)
+    make_timer(done, "remind", outcome=TimeoutOutcome.FIRED, dispatched_at=OLD)
     outbox_row(done, created_at=OLD, delivered_at=OLD)
     running = saga("running", started_at=OLD)
-    make_timeout(running, "old", outcome=TimeoutOutcome.MISSED, dispatched_at=OLD)
+    make_timer(running, "old", outcome=TimeoutOutcome.MISSED, dispatched_at=OLD)
     outbox_row(None, created_at=OLD, delivered_at=OLD)
     audit_record(OLD)
     options = {"keep_dead_lettered": False, "audit_older_than": WINDOW}
@@ -315,7 +315,7 @@ BATCH = 400
 def test_a_bulk_purge_deletes_thousands_of_instances_in_bounded_statements() -> None:
     bulk_finished_sagas(BULK, completed_at=OLD, inbox_per_saga=2)
     running = saga("running", started_at=OLD, events=3)
-    pending = make_timeout(running, "remind", due_at=OLD)
+    pending = make_timer(running, "remind", due_at=OLD)
 
     with CaptureQueriesContext(connection) as queries:
         report = purge(batch_size=BATCH)

@@ -24,7 +24,7 @@ from bsft_saga.models import SagaAuditRecord, SagaInstance, SagaTimeout, Timeout
 from bsft_saga.tasks import purge_saga_data as purge_task
 from tests.management.test_commands import last_line, run
 from tests.support.retention_rows import audit_record, outbox_row, saga
-from tests.testapp.ops_flows import REMINDER_SAGA_TYPE, make_timeout
+from tests.testapp.ops_flows import REMINDER_SAGA_TYPE, make_timer
 
 pytestmark = pytest.mark.django_db
 
@@ -38,10 +38,10 @@ def history() -> dict[str, Any]:
     outbox row), one with a dead-lettered timer, an audit record of 400 days."""
     old = clock.now() - timedelta(days=40)
     done = saga("done", started_at=old, completed_at=old, events=2)
-    make_timeout(done, "remind", outcome=TimeoutOutcome.FIRED, dispatched_at=old)
+    make_timer(done, "remind", outcome=TimeoutOutcome.FIRED, dispatched_at=old)
     outbox_row(done, created_at=old, delivered_at=old)
     dead = saga("dead", started_at=old, completed_at=old)
-    make_timeout(dead, "remind", outcome=TimeoutOutcome.DEAD_LETTERED, dispatched_at=old)
+    make_timer(dead, "remind", outcome=TimeoutOutcome.DEAD_LETTERED, dispatched_at=old)
     return {"done": done, "dead": dead, "audit": audit_record(clock.now() - timedelta(days=400))}
 
 

@@ -15,7 +15,7 @@ from django.urls import reverse
 
 from bsft_saga import clock
 from bsft_saga.models import SagaInstance, SagaOutboxMessage, SagaTimeout
-from tests.testapp.ops_flows import make_saga, make_timeout
+from tests.testapp.ops_flows import make_saga, make_timer
 
 SECRET = "customer-4711@example.com"
 MODELS = ("sagainstance", "sagatimeout", "sagaoutboxmessage", "sagaauditrecord")
@@ -64,8 +64,8 @@ def make_content_rows(key: str = "secret-1") -> ContentRows:
     saga = make_saga(key)
     SagaInstance.objects.filter(pk=saga.pk).update(state={"reminded": False, "email": SECRET})
     saga.refresh_from_db()
-    dead = make_timeout(saga, "dead", outcome="dead_lettered", reason=f"ValueError: {SECRET}")
-    pending = make_timeout(saga, "pending")
+    dead = make_timer(saga, "dead", outcome="dead_lettered", reason=f"ValueError: {SECRET}")
+    pending = make_timer(saga, "pending")
     SagaTimeout.objects.filter(saga=saga).update(payload={"email": SECRET})
     return ContentRows(
         saga=saga,

@@ -1,6 +1,6 @@
 """Row builders for the retention tests: instances, inbox, outbox and audit rows at given times.
 
-Timer rows come from ``tests.testapp.ops_flows.make_timeout``; the instance rows here add
+Timer rows come from ``tests.testapp.ops_flows.make_timer``; the instance rows here add
 what the engine writes for a finished or running saga that handled ``events`` events.
 """
 

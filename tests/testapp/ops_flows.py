@@ -184,7 +184,7 @@ def make_saga(
     )
 
 
-def make_timeout(
+def make_timer(
     saga: SagaInstance,
     name: str = REMINDER_TIMER,
     *,

@@ -38,7 +38,7 @@ from bsft_saga.timeouts.requests import DEADLINE_TIMER_NAME
 from tests.management.test_commands import completed, run, start_reminders
 from tests.support.timer_fixtures import T0
 from tests.testapp.ops_events import ReminderDue
-from tests.testapp.ops_flows import REMINDER_SAGA_TYPE, make_saga, make_timeout
+from tests.testapp.ops_flows import REMINDER_SAGA_TYPE, make_saga, make_timer
 from tests.testapp.timer_events import CreditRequested, PaymentDebited, PaymentRequested
 from tests.testapp.timer_flows import PaymentFlow, the_saga
 
@@ -69,10 +69,10 @@ def test_canceling_a_pending_timer_retires_it_unpublished_and_audits_it() -> Non
 
 def test_cancel_refuses_claimed_retired_and_unknown_timers_and_names_each() -> None:
     saga = make_saga("edits")
-    fired = make_timeout(saga, "done", outcome=TimeoutOutcome.FIRED, dispatched_at=clock.now())
-    claimed = make_timeout(saga, "held", due_at=clock.now() - timedelta(seconds=1))
+    fired = make_timer(saga, "done", outcome=TimeoutOutcome.FIRED, dispatched_at=clock.now())
+    claimed = make_timer(saga, "held", due_at=clock.now() - timedelta(seconds=1))
     _claim_everything()
-    free = make_timeout(saga, "free", due_at=clock.now() + timedelta(days=1))
+    free = make_timer(saga, "free", due_at=clock.now() + timedelta(days=1))
 
     report = cancel_timers([claimed.pk, fired.pk, 999_999, free.pk])
 
@@ -90,7 +90,7 @@ def test_cancel_refuses_claimed_retired_and_unknown_timers_and_names_each() -> N
 def test_a_rescheduled_timer_fires_at_its_new_time_not_its_old_one() -> None:
     saga = make_saga("moved")
     due = clock.now() + timedelta(hours=1)
-    timer = make_timeout(saga, "later", due_at=due)
+    timer = make_timer(saga, "later", due_at=due)
     new_time = datetime(2031, 5, 6, 7, 8, 9, tzinfo=UTC)
 
     stdout, _ = run("reschedule_saga_timeout", str(timer.pk), "--to", new_time.isoformat())
@@ -104,7 +104,7 @@ def test_a_rescheduled_timer_fires_at_its_new_time_not_its_old_one() -> None:
 
 def test_reschedule_refuses_a_claimed_timer_and_a_time_it_cannot_store() -> None:
     saga = make_saga("held")
-    timer = make_timeout(saga, "held", due_at=clock.now() - timedelta(seconds=1))
+    timer = make_timer(saga, "held", due_at=clock.now() - timedelta(seconds=1))
     _claim_everything()
 
     report = reschedule_timer(timer.pk, clock.now() + timedelta(days=1))
