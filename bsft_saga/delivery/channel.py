@@ -4,23 +4,49 @@ from __future__ import annotations
 
 import uuid
 from abc import ABC, abstractmethod
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar
+from typing import Any, ClassVar, Generic, TypeVar
 
 from django.db.models import QuerySet, prefetch_related_objects
 
+from bsft_saga import telemetry
 from bsft_saga.db import sql
+from bsft_saga.delivery.report import Outcome
 from bsft_saga.events.envelope import Envelope
-from bsft_saga.models import DeliveryRow, JournalKind, SagaJournalEntry
+from bsft_saga.models import DeliveryRow, SagaJournalEntry
 from bsft_saga.querysets import DeliveryQuerySet
 
-if TYPE_CHECKING:
-    from bsft_saga.conf import DeliverySettings
-
 R = TypeVar("R", bound=DeliveryRow)
+
+
+@dataclass(frozen=True)
+class Retirement:
+    """What becomes of rows a pass retires one way (delivered, missed or dead-lettered).
+
+    ``stamp``: the column values written to each row, fenced on the pass's claim by the
+    caller (which adds what a failure records: ``attempts``, ``last_error``); ``entries``:
+    the rows' entries in their sagas' journals, to write in the same transaction.
+    """
+
+    stamp: dict[str, Any]
+    entries: list[dict[str, Any]]
+
+    def journal(self) -> None:
+        """Write :attr:`entries` (one statement; none if there are none)."""
+        sql.insert(SagaJournalEntry, self.entries)
+
+
+def retired(outcome: Outcome, now: datetime) -> dict[str, Any]:
+    """The columns every table's stamp sets: no lease, no retry waiting, and for a dead
+    letter when it was given up. The claim token is kept, so that a pass can tell
+    afterwards which rows it retired."""
+    stamp: dict[str, Any] = {"claimed_until": None, "next_attempt_at": None}
+    if outcome is Outcome.DEAD_LETTERED:
+        stamp["dead_lettered_at"] = now
+    return stamp
 
 
 @dataclass(frozen=True)
@@ -48,9 +74,8 @@ class Channel(ABC, Generic[R]):
     model: ClassVar[type[DeliveryRow]]
     #: What a row is called in logs and messages ("timer", "outbox message").
     noun: ClassVar[str]
-    #: The counters (keys of ``telemetry.COUNTERS``) a delivered / dead-lettered row adds to.
-    delivered_counter: ClassVar[str | None] = None
-    dead_lettered_counter: ClassVar[str]
+    #: The counter (a key of ``telemetry.COUNTERS``) a row retired with each outcome adds to.
+    counters: ClassVar[Mapping[Outcome, str]]
     #: Related rows loaded with each claimed row (joined, or fetched after the claim).
     related: ClassVar[tuple[str, ...]] = ()
     #: The columns that are null while a row is pending (``pending_rows()`` as equality, for the
@@ -74,17 +99,32 @@ class Channel(ABC, Generic[R]):
         """Rows retired as delivered (a fired timer, a delivered outbox message)."""
 
     @abstractmethod
-    def delivered(self, now: datetime) -> dict[str, Any]:
-        """The table's own column values that retire a delivered row.
+    def retire(
+        self,
+        rows: Sequence[R],
+        outcome: Outcome,
+        now: datetime,
+        *,
+        reason: str = "",
+        journaled: bool = False,
+    ) -> Retirement:
+        """What becomes of ``rows``, retired as ``outcome`` at ``now``: their stamp (the
+        columns of :func:`retired`, and the table's own) and their journal entries.
 
-        The machinery adds what both tables share (no lease, no retry waiting); the claim
-        token is kept, so a pass can tell afterwards which rows it delivered.
+        The one place a channel decides a retired row's fate: the claim (a row given up),
+        sorting out (a timer missed), a failed attempt at the limit (dead-lettered, with
+        ``reason``) and the group commit (delivered) all ask it. ``journaled``: the journal
+        tells of the rows already (a delivered row's event woke a step of its own saga,
+        whose transition entry names the row), so they need no entry of their own. An
+        outcome the table retires no row with (``FAILED``, ``UNCLAIMED``; ``MISSED`` but for
+        timers) raises.
         """
 
-    def dead_lettered(self, now: datetime, reason: str) -> dict[str, Any]:
-        """The table's own column values that retire a row given up at the attempt limit
-        (``dead_lettered_at``, ``attempts`` and ``last_error`` are the machinery's)."""
-        return {}
+    def count(self, outcome: Outcome, saga_type: str, n: int = 1) -> None:
+        """Add ``n`` rows of ``saga_type`` retired as ``outcome`` to its counter (if any)."""
+        counter = self.counters.get(outcome)
+        if counter is not None:
+            telemetry.count(counter, saga_type, n)
 
     @abstractmethod
     def envelope(self, row: R, token: Any) -> Envelope:
@@ -94,9 +134,7 @@ class Channel(ABC, Generic[R]):
         """The saga whose row a delivery of ``row`` locks before the row's own (or ``None``)."""
         return None
 
-    def sort_out(
-        self, rows: list[R], token: Any, config: DeliverySettings, now: datetime
-    ) -> Sorted[R]:
+    def sort_out(self, rows: list[R], token: Any, now: datetime) -> Sorted[R]:
         """Retire claimed rows that are not to be delivered (the timers' catch-up policy)."""
         return Sorted(rows)
 
@@ -134,17 +172,6 @@ class Channel(ABC, Generic[R]):
     def where_held(self, row: R, token: Any) -> dict[str, Any]:
         """``row``, while it is pending and ``token`` holds it: a condition for ``sql.update``."""
         return {self.model._meta.pk.name: row.pk, "claim_token": token, **self.pending_where}
-
-    def journal_entry(self, row: R, kind: JournalKind, now: datetime) -> dict[str, Any] | None:
-        """The entry in its saga's journal of what a pass did to ``row`` — delivered it
-        without moving a step of that saga (``TIMER_FIRED``), gave it up
-        (``DEAD_LETTERED``) — or ``None`` for none (the default)."""
-        return None
-
-    def journal(self, rows: Iterable[R], kind: JournalKind, now: datetime) -> None:
-        """Write the :meth:`journal_entry` of each of ``rows`` that has one (one statement)."""
-        entries = [e for row in rows if (e := self.journal_entry(row, kind, now)) is not None]
-        sql.insert(SagaJournalEntry, entries)
 
     def requeued(self) -> dict[str, Any]:
         """The table's own column values that make a dead-lettered row pending again."""

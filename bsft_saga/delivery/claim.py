@@ -12,13 +12,13 @@ from typing import Any, Generic
 from django.db import DataError, connection, transaction
 from django.db.models import F, QuerySet
 
-from bsft_saga import telemetry
 from bsft_saga.conf import saga_settings
 from bsft_saga.db import sql
 from bsft_saga.delivery.channel import Channel, R
 from bsft_saga.delivery.failures import CONNECTION_LOST, failure_reason
 from bsft_saga.delivery.heartbeat import Beat
-from bsft_saga.models import DeliveryRow, JournalKind
+from bsft_saga.delivery.report import Outcome
+from bsft_saga.models import DeliveryRow
 from bsft_saga.querysets import DeliveryQuerySet
 
 logger = logging.getLogger("bsft_saga.delivery")
@@ -86,7 +86,8 @@ def claim(
     every later write of its rows matches on its token. A claim that takes a single row
     writes :func:`alone` of ``token`` instead (``Claimed.token`` says which). Returns the
     claimed rows, in delivery order, with the channel's related rows loaded. Rows it
-    dead-letters instead are counted (``dead_lettered_counter``) and returned apart.
+    dead-letters instead are counted (the channel's ``DEAD_LETTERED`` counter) and returned
+    apart.
 
     A row whose previous claim ran out (its pass never finished and never gave it back)
     is claimed **alone**. Nothing on disk says which row of a batch its dead pass was
@@ -156,9 +157,9 @@ def claim(
     for row in rows:
         row.claim_token, row.claimed_until, row.claimed_by = token, until, beat.claimer
     for row in given_up:  # committed: counted like the rows a delivery dead-letters
-        telemetry.count(channel.dead_lettered_counter, channel.saga_type(row))
+        channel.count(Outcome.DEAD_LETTERED, channel.saga_type(row))
     if unreadable:
-        telemetry.count(channel.dead_lettered_counter, "", len(unreadable))
+        channel.count(Outcome.DEAD_LETTERED, "", len(unreadable))
     return Claimed(rows, given_up, token, len(unreadable), known)
 
 
@@ -207,13 +208,10 @@ def _give_up_unreadable(
     channel: Channel[R], where: DeliveryQuerySet[R], rows: list[tuple[Any, str]], now: datetime
 ) -> None:
     for pk, reason in rows:
+        # No journal entry: nothing of the row could be read to write one.
+        retirement = channel.retire([], Outcome.DEAD_LETTERED, now, reason=reason)
         where.filter(pk=pk).update(
-            attempts=F("attempts") + 1,
-            last_error=reason,
-            dead_lettered_at=now,
-            next_attempt_at=None,
-            claimed_until=None,
-            **channel.dead_lettered(now, reason),
+            attempts=F("attempts") + 1, last_error=reason, **retirement.stamp
         )
         logger.error("bsft_saga: %s %s dead-lettered: %s", channel.noun, pk, reason)
 
@@ -270,15 +268,9 @@ def _counted(rows: list[R]) -> dict[str, Any]:
 def _give_up(channel: Channel[R], where: DeliveryQuerySet[R], rows: list[R], now: datetime) -> None:
     if not rows:
         return
-    where.update(
-        attempts=F("attempts") + 1,
-        last_error=ABANDONED,
-        dead_lettered_at=now,
-        next_attempt_at=None,
-        claimed_until=None,
-        **channel.dead_lettered(now, ABANDONED),
-    )
-    channel.journal(rows, JournalKind.DEAD_LETTERED, now)
+    retirement = channel.retire(rows, Outcome.DEAD_LETTERED, now, reason=ABANDONED)
+    where.update(attempts=F("attempts") + 1, last_error=ABANDONED, **retirement.stamp)
+    retirement.journal()
     for row in rows:
         logger.error(
             "bsft_saga: %s dead-lettered: its claim ran out %d times (%s)",

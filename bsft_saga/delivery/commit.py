@@ -39,7 +39,6 @@ from bsft_saga.delivery.channel import Channel, R
 from bsft_saga.delivery.failures import failure_reason, lost_the_connection
 from bsft_saga.delivery.report import Outcome
 from bsft_saga.delivery.staging import Advance, LostRace, StagedWindow
-from bsft_saga.models import JournalKind
 
 logger = logging.getLogger("bsft_saga.delivery")
 
@@ -211,9 +210,15 @@ class CommitGroup(Generic[R]):
             for unit, advance, done in zip(units, advances, advanced, strict=True)
             if advance is None or done
         ]
-        retire = {**channel.delivered(clock.now()), "claimed_until": None, "next_attempt_at": None}
+        # Each row stamped here woke a step of its own saga, if it has one (``_advances``):
+        # that step's transition entry tells of it.
+        retirement = channel.retire(
+            [unit.row for unit in stamping], Outcome.DELIVERED, clock.now(), journaled=True
+        )
         held = {"claim_token": self.token, **channel.pending_where}
-        stamped = sql.update_each(channel.model, retire, held, [unit.row.pk for unit in stamping])
+        stamped = sql.update_each(
+            channel.model, retirement.stamp, held, [unit.row.pk for unit in stamping]
+        )
         for unit, advance, done in zip(units, advances, advanced, strict=True):
             if advance is not None and not done:
                 conflicted.append(unit.row)
@@ -292,7 +297,7 @@ class CommitGroup(Generic[R]):
         self, row: R, windows: list[StagedWindow], progress: _Progress
     ) -> None:
         """Each saga's row, then its timers and outbox rows; the stamp in its saga's place
-        (with the row's journal entry, if it moved no step of its own saga).
+        (with the row's journal entry, if it woke no step of its own saga).
 
         The row's stamp comes right after its own saga's row is locked (and before that
         saga's timers are written: ending a wait cancels the step's pending timers, which
@@ -301,32 +306,29 @@ class CommitGroup(Generic[R]):
         """
         owner = self.channel.saga_of(row)
         place: LockKey = (1, owner) if owner is not None else (2, str(row.pk))
+        woke_its_saga = owner is not None and any(window.saga_id == owner for window in windows)
         stamped = False
         for window in windows:
             if not stamped and lock_order(window) > place:
-                self._stamp_or_raise(row)
+                self._stamp(row, journaled=woke_its_saga)
                 stamped = progress.wrote = True
             window.lock()
             progress.wrote = True
             if not stamped and lock_order(window) == place:
-                self._stamp_or_raise(row)
+                self._stamp(row, journaled=woke_its_saga)
                 stamped = True
             window.write()
         if not stamped:
-            self._stamp_or_raise(row)
-        if owner is not None and not any(window.saga_id == owner for window in windows):
-            # Delivered without moving its own saga: the journal still tells of it.
-            self.channel.journal([row], JournalKind.TIMER_FIRED, clock.now())
+            self._stamp(row, journaled=woke_its_saga)
 
-    def _stamp_or_raise(self, row: R) -> None:
-        if not self._stamp(row):
-            raise _NotHeld
-
-    def _stamp(self, row: R) -> bool:
-        """Retire ``row`` as delivered, while this pass's claim still holds it (the fence)."""
+    def _stamp(self, row: R, *, journaled: bool) -> None:
+        """Retire ``row`` as delivered, while this pass's claim still holds it (the fence),
+        with its journal entry unless ``journaled``; ``_NotHeld`` if it no longer does."""
         channel = self.channel
-        retire = {**channel.delivered(clock.now()), "claimed_until": None, "next_attempt_at": None}
-        return bool(sql.update(channel.model, retire, channel.where_held(row, self.token)))
+        retirement = channel.retire([row], Outcome.DELIVERED, clock.now(), journaled=journaled)
+        if not sql.update(channel.model, retirement.stamp, channel.where_held(row, self.token)):
+            raise _NotHeld
+        retirement.journal()
 
 
 def _key(advance: Advance) -> Any:

@@ -14,7 +14,6 @@ from bsft_saga.conf import DeliverySettings
 from bsft_saga.delivery.backoff import retry_delay
 from bsft_saga.delivery.channel import Channel, R
 from bsft_saga.delivery.report import Outcome
-from bsft_saga.models import JournalKind
 
 logger = logging.getLogger("bsft_saga.delivery")
 
@@ -100,11 +99,11 @@ def record_failure(
     attempts = row.attempts + 1
     now = clock.now()
     values: dict[str, Any] = {"attempts": attempts, "last_error": reason, "claimed_until": None}
+    retirement = None
     if attempts >= config.max_dispatch_attempts:
         outcome = Outcome.DEAD_LETTERED
-        values.update(
-            channel.dead_lettered(now, reason), dead_lettered_at=now, next_attempt_at=None
-        )
+        retirement = channel.retire([row], outcome, now, reason=reason)
+        values.update(retirement.stamp)
     else:
         outcome = Outcome.FAILED
         delay = retry_delay(attempts, base=config.retry_backoff, cap=config.max_retry_delay)
@@ -112,8 +111,8 @@ def record_failure(
     try:
         with transaction.atomic():
             recorded = channel.held(token).filter(pk=row.pk).update(**values)
-            if recorded and outcome is Outcome.DEAD_LETTERED:
-                channel.journal([row], JournalKind.DEAD_LETTERED, now)
+            if recorded and retirement is not None:
+                retirement.journal()
     except DatabaseError as error:
         if lost_the_connection(error):
             raise

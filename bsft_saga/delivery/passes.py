@@ -40,7 +40,7 @@ from typing import Any, Generic
 
 from django.db import connection, transaction
 
-from bsft_saga import clock, telemetry
+from bsft_saga import clock
 from bsft_saga.conf import DeliverySettings, saga_settings
 from bsft_saga.delivery import heartbeat, recovery
 from bsft_saga.delivery.channel import Channel, R
@@ -119,7 +119,7 @@ def _claim_and_deliver(
                 delivered=recovered.delivered, dead_lettered=given_up, unclaimed=skipped
             )
         token = claimed.token  # alone(token), if it took one row
-        sorted_out = channel.sort_out(claimed.rows, token, config, moment)
+        sorted_out = channel.sort_out(claimed.rows, token, moment)
         report = deliver_claimed(
             channel,
             sorted_out.to_deliver,
@@ -201,7 +201,7 @@ class _Pass(Generic[R]):
         self.known_until = clock.stopwatch() + COMMIT_INTERVAL
         self.committed_sagas: set[Any] = set()
         self.outcomes: Counter[Outcome] = Counter()
-        self.counted: Counter[tuple[str, str]] = Counter()
+        self.counted: Counter[tuple[Outcome, str]] = Counter()
 
     # -- the batch ---------------------------------------------------------------------
 
@@ -211,8 +211,8 @@ class _Pass(Generic[R]):
         while self.queue:
             self._deliver_queue()
             self._commit()  # rows whose windows lost a race come back to the queue
-        for (counter, saga_type), n in self.counted.items():
-            telemetry.count(counter, saga_type, n)
+        for (outcome, saga_type), n in self.counted.items():
+            self.channel.count(outcome, saga_type, n)
         return DeliveryReport(
             delivered=self.outcomes[Outcome.DELIVERED],
             failed=self.outcomes[Outcome.FAILED],
@@ -387,9 +387,5 @@ class _Pass(Generic[R]):
 
     def _count(self, row: R, outcome: Outcome) -> None:
         self.outcomes[outcome] += 1
-        counter = {
-            Outcome.DELIVERED: self.channel.delivered_counter,
-            Outcome.DEAD_LETTERED: self.channel.dead_lettered_counter,
-        }.get(outcome)
-        if counter is not None:
-            self.counted[counter, self.channel.saga_type(row)] += 1
+        if outcome in self.channel.counters:
+            self.counted[outcome, self.channel.saga_type(row)] += 1

@@ -11,6 +11,7 @@ class Outcome(enum.Enum):
     """What delivering one claimed row came to."""
 
     DELIVERED = "delivered"
+    MISSED = "missed"  # retired unpublished by the catch-up policy (timers only)
     FAILED = "failed"  # an attempt failed; the row waits for its retry
     DEAD_LETTERED = "dead_lettered"
     UNCLAIMED = "unclaimed"  # canceled, replaced or taken over since it was claimed

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import uuid
+from collections.abc import Sequence
 from datetime import datetime
 from types import MappingProxyType
 from typing import Any
 
 from bsft_saga import clock, journal
-from bsft_saga.delivery.channel import Channel
+from bsft_saga.delivery.channel import Channel, Retirement, retired
+from bsft_saga.delivery.report import Outcome
 from bsft_saga.events.envelope import Envelope
 from bsft_saga.kept.rows import envelope_of
 from bsft_saga.models import JournalKind, SagaKeptEvent
@@ -25,7 +27,7 @@ class KeptChannel(Channel[SagaKeptEvent]):
 
     model = SagaKeptEvent
     noun = "kept event"
-    dead_lettered_counter = "kept.dead_lettered"
+    counters = MappingProxyType({Outcome.DEAD_LETTERED: "kept.dead_lettered"})
     related = ("saga",)
     pending_where = MappingProxyType({"dead_lettered_at": None})
 
@@ -41,8 +43,25 @@ class KeptChannel(Channel[SagaKeptEvent]):
     def delivered_rows(self) -> SagaKeptEventQuerySet:
         return SagaKeptEvent.objects.none()  # an applied kept event is deleted
 
-    def delivered(self, now: datetime) -> dict[str, Any]:
-        raise NotImplementedError("an applied kept event is deleted by the window applying it")
+    def retire(
+        self,
+        rows: Sequence[SagaKeptEvent],
+        outcome: Outcome,
+        now: datetime,
+        *,
+        reason: str = "",
+        journaled: bool = False,
+    ) -> Retirement:
+        """Only a dead letter: an applied kept event is deleted by the window applying it.
+        A kept event given up is in its saga's journal."""
+        if outcome is not Outcome.DEAD_LETTERED:
+            raise ValueError(f"a kept event is never retired as {outcome.value}")
+        entries = [
+            journal.kept_entry(row, JournalKind.DEAD_LETTERED, at=now)
+            for row in rows
+            if row.saga_id is not None and not journaled
+        ]
+        return Retirement(retired(outcome, now), entries)
 
     def load_related(self, rows: list[SagaKeptEvent]) -> dict[Any, Any]:
         """Nothing: a claimed kept event is applied by its saga's own loop, whose plan reads
@@ -62,14 +81,6 @@ class KeptChannel(Channel[SagaKeptEvent]):
         key = row.correlation_key or "-"
         owner = f"saga {row.saga_type}[{key}]" if row.saga_id else f"key {row.saga_type}[{key}]"
         return f"kept event {row.event_type!r} (id {row.pk}, message {row.message_id}) of {owner}"
-
-    def journal_entry(
-        self, row: SagaKeptEvent, kind: JournalKind, now: datetime
-    ) -> dict[str, Any] | None:
-        """A kept event given up is in its saga's journal."""
-        if kind != JournalKind.DEAD_LETTERED or row.saga_id is None:
-            return None
-        return journal.kept_entry(row, kind, at=now)
 
     def after_requeue(self, row: SagaKeptEvent) -> None:
         """A requeued row whose saga is at its step is ready at once; one for a later step
