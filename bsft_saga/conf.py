@@ -25,6 +25,8 @@ from django.dispatch import receiver
 SETTING_NAME = "BSFT_SAGA"
 
 CATCH_UP_POLICIES = ("fire_all", "fire_latest_per_saga", "skip_beyond_max_age")
+#: What a delivered row's span makes of the trace context stored with the row.
+TRACE_PARENTS = ("link", "stored")
 
 #: The least default ``STALE_AFTER`` (an explicit value may be shorter).
 STALE_AFTER_AT_LEAST = timedelta(minutes=1)
@@ -325,6 +327,22 @@ class RetentionSettings(Section):
     )
 
 
+class TelemetrySettings(Section):
+    """``BSFT_SAGA["TELEMETRY"]``: how the spans of a delivered row join the trace that
+    wrote it."""
+
+    name = "TELEMETRY"
+
+    # "link": the span belongs to the trace of the pass delivering the row and links to
+    # the stored one; "stored": the stored context is its parent (one trace, however long).
+    trace_parent = Option(
+        "TRACE_PARENT",
+        "link",
+        one_of(*TRACE_PARENTS),
+        "What a timer's or an outbox row's span makes of the trace that wrote the row.",
+    )
+
+
 #: The largest encoded event (compact UTF-8 JSON, in bytes) publish() and schedule_timeout()
 #: accept; every pass that claims a row reads it back.
 MAX_PAYLOAD_BYTES = Option(
@@ -337,6 +355,7 @@ SECTIONS: tuple[type[Section], ...] = (
     EngineSettings,
     ApiSettings,
     RetentionSettings,
+    TelemetrySettings,
 )
 #: A section whose keys are the user's own names (calendar keys), not our option names.
 CALENDARS = "CALENDARS"
@@ -511,8 +530,9 @@ class SagaSettings:
     One attribute per section, each key of it an attribute of that:
     ``saga_settings.delivery.poll_interval`` (a ``timedelta``), ``.timers.catch_up_policy``,
     ``.engine.max_conflict_retries``, ``.api.read_content_permission``,
-    ``.retention.older_than``; ``.calendars`` and ``.max_payload_bytes`` as they are. A
-    ``DELIVERY`` key still set under ``TIMEOUTS`` is read as its ``DELIVERY`` key.
+    ``.retention.older_than``, ``.telemetry.trace_parent``; ``.calendars`` and
+    ``.max_payload_bytes`` as they are. A ``DELIVERY`` key still set under ``TIMEOUTS`` is
+    read as its ``DELIVERY`` key.
 
     The engine reads it on every event and the dispatcher on every row, so the view is
     built once per setting value: ``override_settings`` installs a new value, which is
@@ -561,6 +581,10 @@ class SagaSettings:
     @property
     def retention(self) -> RetentionSettings:
         return self._section(RetentionSettings)
+
+    @property
+    def telemetry(self) -> TelemetrySettings:
+        return self._section(TelemetrySettings)
 
     @property
     def calendars(self) -> Mapping[str, Mapping[str, Any]]:

@@ -8,6 +8,9 @@ tasks carry it across the broker.
 
 :class:`CorrelationMiddleware` establishes it for each HTTP request from the
 ``X-Correlation-ID`` header and echoes it in the response.
+
+Beside it, :func:`saga_scope` names the saga a piece of work is about (a step, a timer or
+an outbox row being delivered), for log records (:mod:`bsft_saga.logging`).
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ import uuid
 from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
+from dataclasses import dataclass
 from typing import cast
 
 from asgiref.sync import iscoroutinefunction, markcoroutinefunction
@@ -29,10 +33,13 @@ __all__ = [
     "MAX_LENGTH",
     "CorrelationIdFilter",
     "CorrelationMiddleware",
+    "SagaInScope",
     "correlation_scope",
+    "current_saga",
     "get_correlation_id",
     "is_valid_correlation_id",
     "new_correlation_id",
+    "saga_scope",
 ]
 
 #: The HTTP header read from requests and written to responses.
@@ -68,6 +75,35 @@ def correlation_scope(correlation_id: str | None) -> Iterator[str | None]:
         yield correlation_id
     finally:
         _correlation_id.reset(token)
+
+
+@dataclass(frozen=True)
+class SagaInScope:
+    """The saga the current work is about: its type, its correlation key (``""`` for a
+    single-instance flow) and its id."""
+
+    saga_type: str
+    saga_key: str
+    saga_id: uuid.UUID
+
+
+_saga: ContextVar[SagaInScope | None] = ContextVar("bsft_saga_saga_in_scope", default=None)
+
+
+def current_saga() -> SagaInScope | None:
+    """Return the saga of the current context (a step, a delivered row), or ``None``."""
+    return _saga.get()
+
+
+@contextmanager
+def saga_scope(saga: SagaInScope | None) -> Iterator[SagaInScope | None]:
+    """Make ``saga`` the saga of the ``with`` block (``None``: none); scopes nest, as
+    :func:`correlation_scope` does."""
+    token = _saga.set(saga)
+    try:
+        yield saga
+    finally:
+        _saga.reset(token)
 
 
 def new_correlation_id() -> str:

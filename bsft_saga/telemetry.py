@@ -30,8 +30,14 @@ metrics are collected (by the host's metric reader, e.g. every 60 s), one data p
 and without attributes:
 a small indexed query per gauge, never one per instance (:mod:`bsft_saga.status`). Spans:
 ``saga.step`` (attributes
-``saga.type``, ``saga.step.index``, ``saga.event.type``) and ``saga.timeout`` (``saga.type``,
-``saga.timeout.name``); both add ``saga.correlation_id`` when an ambient correlation id is set.
+``saga.type``, ``saga.step.index``, ``saga.event.type``), ``saga.timeout`` (``saga.type``,
+``saga.timeout.name``) and ``saga.deliver`` (``saga.type``, ``saga.event.type``); each adds
+``saga.correlation_id`` when an ambient correlation id is set.
+
+A row written for later (a timer, an outbox row, a kept event) stores the W3C trace context
+current when it was written (:func:`current_trace_context`). The span that delivers it
+(:func:`timer_span`, :func:`deliver_span`) links to that context, or takes it as its parent
+under ``TELEMETRY.TRACE_PARENT = "stored"``.
 
 The meter and the tracer are obtained at first use, never at import, so a provider that the
 host installs after importing bsft_saga (in ``settings.py``, ``wsgi.py``, a Celery signal)
@@ -47,19 +53,32 @@ from __future__ import annotations
 
 import logging
 import time
+import uuid
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from functools import cache
 from types import MappingProxyType
 from typing import Final
 
+from opentelemetry import context as otel_context
 from opentelemetry import metrics, trace
 from opentelemetry.metrics import CallbackOptions, Counter, Histogram, Meter, Observation
-from opentelemetry.trace import INVALID_SPAN, Span, Status, StatusCode, Tracer
+from opentelemetry.trace import (
+    INVALID_SPAN,
+    Link,
+    NonRecordingSpan,
+    Span,
+    SpanContext,
+    Status,
+    StatusCode,
+    Tracer,
+)
+from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 from opentelemetry.util.types import Attributes
 
 from bsft_saga import __version__
-from bsft_saga.correlation import get_correlation_id
+from bsft_saga.conf import saga_settings
+from bsft_saga.correlation import SagaInScope, get_correlation_id, saga_scope
 
 __all__ = [
     "COUNTERS",
@@ -69,9 +88,12 @@ __all__ = [
     "TRACER_NAME",
     "count",
     "count_ignored",
+    "current_trace_context",
+    "deliver_span",
     "install_gauges",
     "step_span",
     "timer_span",
+    "trace_context_of",
 ]
 
 logger = logging.getLogger(__name__)
@@ -215,6 +237,38 @@ def _tracing() -> bool:
     return not isinstance(trace.get_tracer_provider(), _SILENT_TRACER_PROVIDERS)
 
 
+#: Only the W3C trace context is stored with a row, never the baggage: what a project puts
+#: in its baggage may be personal data, and a row outlives the request by days.
+_W3C = TraceContextTextMapPropagator()
+
+
+def current_trace_context() -> dict[str, str] | None:
+    """Return the current span's W3C trace context, to be stored with a row written for later.
+
+    A dict of the ``traceparent`` header and, when the span has one, ``tracestate``, as
+    OpenTelemetry's propagation API writes them; ``None`` when no tracer provider is
+    installed or no valid span is current (nothing to link to).
+    """
+    if not _tracing() or not trace.get_current_span().get_span_context().is_valid:
+        return None
+    carrier: dict[str, str] = {}
+    _W3C.inject(carrier)
+    return carrier or None
+
+
+def trace_context_of(stored: object) -> SpanContext | None:
+    """Return the span context a stored trace context names, or ``None`` for none.
+
+    ``None``, an empty or malformed value (a column edited by hand) all mean none: a row
+    is delivered whatever its trace context says.
+    """
+    if not isinstance(stored, Mapping) or not stored:
+        return None
+    carrier = {str(k): v for k, v in stored.items() if isinstance(v, str)}
+    span_context = trace.get_current_span(_W3C.extract(carrier)).get_span_context()
+    return span_context if span_context.is_valid else None
+
+
 def count(instrument: str, saga_type: str, amount: int = 1) -> None:
     """Add ``amount`` to the counter ``bsft.saga.<instrument>`` for ``saga_type``.
 
@@ -252,49 +306,104 @@ def _span_attributes(attributes: dict[str, str | int]) -> Attributes:
 
 
 @contextmanager
-def step_span(saga_type: str, *, step_index: int, event_type: str) -> Iterator[Span]:
+def step_span(
+    saga_type: str,
+    *,
+    step_index: int,
+    event_type: str,
+    saga_id: uuid.UUID | None = None,
+    saga_key: str = "",
+) -> Iterator[Span]:
     """Run the block as one saga step: a ``saga.step`` span plus a duration measurement.
 
     The span carries ``saga.type``, ``saga.step.index`` and ``saga.event.type``. On exit the
     elapsed time (``time.perf_counter``, in seconds) is recorded into
     ``bsft.saga.step.duration`` with ``saga.type``, whether the block succeeded or raised.
     An exception is recorded on the span, which gets an error status, and is re-raised.
+    With ``saga_id`` the block runs in a :func:`~bsft_saga.correlation.saga_scope` of that
+    saga (``saga_key`` its correlation key), which log records name.
     """
     started = time.perf_counter()
+    saga = None if saga_id is None else SagaInScope(saga_type, saga_key, saga_id)
     try:
-        if not _tracing():
-            yield INVALID_SPAN
-            return
-        attributes = _span_attributes(
-            {ATTR_SAGA_TYPE: saga_type, ATTR_STEP_INDEX: step_index, ATTR_EVENT_TYPE: event_type}
-        )
-        with _span("saga.step", attributes) as span:
-            yield span
+        with saga_scope(saga):
+            if not _tracing():
+                yield INVALID_SPAN
+                return
+            attributes = _span_attributes(
+                {
+                    ATTR_SAGA_TYPE: saga_type,
+                    ATTR_STEP_INDEX: step_index,
+                    ATTR_EVENT_TYPE: event_type,
+                }
+            )
+            with _span("saga.step", attributes) as span:
+                yield span
     finally:
         _step_duration().record(time.perf_counter() - started, {ATTR_SAGA_TYPE: saga_type})
 
 
 @contextmanager
-def timer_span(saga_type: str, timer_name: str) -> Iterator[Span]:
+def timer_span(saga_type: str, timer_name: str, *, trace_context: object = None) -> Iterator[Span]:
     """Run the block (firing one timer) inside a ``saga.timeout`` span.
 
     The span carries ``saga.type`` and ``saga.timeout.name``; an exception is recorded on
-    it, which gets an error status, and is re-raised.
+    it, which gets an error status, and is re-raised. ``trace_context``: the one stored
+    with the timer, which the span links to, or takes as its parent (see
+    :func:`deliver_span`).
     """
     if not _tracing():
         yield INVALID_SPAN
         return
     attributes = _span_attributes({ATTR_SAGA_TYPE: saga_type, ATTR_TIMEOUT_NAME: timer_name})
-    with _span("saga.timeout", attributes) as span:
+    with _span("saga.timeout", attributes, trace_context) as span:
         yield span
 
 
 @contextmanager
-def _span(name: str, attributes: Attributes) -> Iterator[Span]:
+def deliver_span(
+    saga_type: str, event_type: str, *, trace_context: object = None
+) -> Iterator[Span]:
+    """Run the block (delivering one outbox row) inside a ``saga.deliver`` span.
+
+    The span carries ``saga.type`` (``""`` for a row of no saga) and ``saga.event.type``.
+    With a stored ``trace_context`` (the one of the code that wrote the row) the span is a
+    child of what is current in the delivering pass and links to the stored context; under
+    ``TELEMETRY.TRACE_PARENT = "stored"`` the stored context is its parent instead, and the
+    pass's span (if any) is linked. An exception is recorded and re-raised.
+    """
+    if not _tracing():
+        yield INVALID_SPAN
+        return
+    attributes = _span_attributes({ATTR_SAGA_TYPE: saga_type, ATTR_EVENT_TYPE: event_type})
+    with _span("saga.deliver", attributes, trace_context) as span:
+        yield span
+
+
+def _parent_and_links(stored: object) -> tuple[otel_context.Context | None, list[Link]]:
+    """The parent context (``None``: the current one) and the links of a delivery span."""
+    written_by = trace_context_of(stored)
+    if written_by is None:
+        return None, []
+    if saga_settings.telemetry.trace_parent == "stored":
+        current = trace.get_current_span().get_span_context()
+        parent = trace.set_span_in_context(NonRecordingSpan(written_by))
+        return parent, [Link(current)] if current.is_valid else []
+    return None, [Link(written_by)]
+
+
+@contextmanager
+def _span(name: str, attributes: Attributes, stored: object = None) -> Iterator[Span]:
+    parent, links = _parent_and_links(stored)
     # The SDK's own recording calls str() on the exception; one whose __str__ raises would
     # then replace the exception the caller must see (and count as the row's failure).
     with _tracer().start_as_current_span(
-        name, attributes=attributes, record_exception=False, set_status_on_exception=False
+        name,
+        context=parent,
+        links=links,
+        attributes=attributes,
+        record_exception=False,
+        set_status_on_exception=False,
     ) as span:
         try:
             yield span

@@ -54,6 +54,9 @@ DOCUMENTED_DEFAULTS = {
         "KEEP_DEAD_LETTERED": True,
         "AUDIT_OLDER_THAN": None,
     },
+    "TELEMETRY": {
+        "TRACE_PARENT": "link",
+    },
 }
 
 
@@ -188,6 +191,7 @@ def test_an_unknown_section_is_rejected_on_access() -> None:
         ({"RETENTION": {"AUDIT_OLDER_THAN": -1}}, "RETENTION.AUDIT_OLDER_THAN"),
         ({"RETENTION": {"AUDIT_OLDER_THAN": "1y"}}, "RETENTION.AUDIT_OLDER_THAN"),
         ({"RETENTION": {"OLDER": 1}}, "RETENTION.OLDER"),
+        ({"TELEMETRY": {"TRACE_PARENT": "parent"}}, "TELEMETRY.TRACE_PARENT"),
     ],
 )
 def test_a_bad_value_is_rejected_naming_its_path(raw: dict[str, Any], path: str) -> None:
@@ -228,7 +232,7 @@ def test_the_typed_view_is_built_once_per_setting_value() -> None:
 
 
 def test_every_key_is_documented_in_its_section_of_the_configuration_page() -> None:
-    page = (Path(__file__).parents[2] / "docs" / "configuration.md").read_text()
+    page = (Path(__file__).parents[1] / "docs" / "configuration.md").read_text()
     for section in SECTIONS:
         table = page.split(f"### `{section.name}`", 1)[1].split("\n### ", 1)[0]
         for option in section.options():
@@ -278,7 +282,7 @@ def test_a_key_set_in_both_places_is_refused_naming_both() -> None:
     assert 'BSFT_SAGA["TIMEOUTS"]["BATCH_SIZE"]' in problem.message
     assert 'keep only BSFT_SAGA["DELIVERY"]["BATCH_SIZE"]' in problem.message
     assert moved_keys(raw) == []  # the error says it: no warning besides
-    page = (Path(__file__).parents[2] / "docs" / "configuration.md").read_text()
+    page = (Path(__file__).parents[1] / "docs" / "configuration.md").read_text()
     assert f"\n{problem}\n" in page  # configuration.md shows the real message
     with (
         override_settings(BSFT_SAGA=raw),

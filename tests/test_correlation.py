@@ -359,7 +359,7 @@ def test_the_log_filter_adds_the_ambient_id() -> None:
 
 
 def test_the_logging_example_in_the_docs_prints_the_ambient_id() -> None:
-    docs = (Path(__file__).resolve().parents[2] / "docs" / "observability.md").read_text()
+    docs = (Path(__file__).resolve().parents[1] / "docs" / "observability.md").read_text()
     [example] = [
         block for block in re.findall(r"```python\n(.*?)```", docs, re.S) if "LOGGING" in block
     ]
@@ -381,7 +381,7 @@ def test_the_logging_example_in_the_docs_prints_the_ambient_id() -> None:
         text=True,
         timeout=60,
         check=False,
-        cwd=Path(__file__).resolve().parents[2],
+        cwd=Path(__file__).resolve().parents[1],
     )
 
     assert result.returncode == 0, result.stderr

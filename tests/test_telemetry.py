@@ -298,7 +298,7 @@ def test_without_a_tracer_provider_no_span_is_started() -> None:
 
 # --- the examples in docs/observability.md --------------------------------------------
 
-_ROOT = Path(__file__).resolve().parents[2]
+_ROOT = Path(__file__).resolve().parents[1]
 
 
 def _docs_example(marker: str) -> str:
@@ -318,6 +318,26 @@ def _run_python(script: str) -> subprocess.CompletedProcess[str]:
         check=False,
         cwd=_ROOT,
     )
+
+
+def test_without_a_tracer_provider_nothing_is_stored_with_a_row() -> None:
+    # Even under a valid span (one a caller's own propagation made current).
+    script = textwrap.dedent(
+        """
+        from opentelemetry import trace
+        from opentelemetry.trace import NonRecordingSpan, SpanContext, TraceFlags
+
+        from bsft_saga import telemetry
+
+        remote = SpanContext(1, 2, is_remote=True, trace_flags=TraceFlags(1))
+        with trace.use_span(NonRecordingSpan(remote)):
+            print(telemetry.current_trace_context())
+        """
+    )
+    result = _run_python(script)
+
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "None"
 
 
 def test_the_sdk_setup_example_exports_bsft_saga_spans_and_metrics() -> None:

@@ -393,7 +393,7 @@ def _apply_next(flow: FlowDefinition, saga_id: uuid.UUID) -> _Attempt:
         )
         outcome = record_failure(kept.KEPT, row, claim, failure_reason(exc), config)
         if outcome is Outcome.DEAD_LETTERED:
-            kept.KEPT.count(outcome, flow.saga_type)
+            telemetry.count(kept.KEPT.dead_lettered_counter, flow.saga_type)
             return _Attempt.DEAD_LETTERED
         return _Attempt.STOPPED
     duplicate = isinstance(planned, _Ignored) and planned.reason == "duplicate"
@@ -537,10 +537,15 @@ def _run_and_commit(flow: FlowDefinition, plan: _Plan, envelope: Envelope) -> No
             )
         )
     with telemetry.step_span(
-        flow.saga_type, step_index=plan.step_index, event_type=envelope.event_type
+        flow.saga_type,
+        step_index=plan.step_index,
+        event_type=envelope.event_type,
+        saga_id=plan.saga_id,
+        saga_key=plan.correlation_key,
     ):
         for body in plan.bodies:
             _run_body(body, ctx, envelope.event)
+        trace_context = telemetry.current_trace_context()  # the step's: stored with its rows
     step_index = plan.step_index + 1 if plan.advance else plan.step_index
     completes = ctx.effects.completed or (
         plan.advance and flow.auto_complete and step_index >= len(flow.steps)
@@ -575,6 +580,7 @@ def _run_and_commit(flow: FlowDefinition, plan: _Plan, envelope: Envelope) -> No
             after_commit=(
                 partial(apply_kept, flow, plan.saga_id) if reaches_keeping_step else None
             ),
+            trace_context=trace_context,
         )
     )
 

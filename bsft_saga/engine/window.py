@@ -23,7 +23,7 @@ no more statements than they must (``tests/delivery/test_delivery_statements.py`
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -78,6 +78,8 @@ class Transition:
     #: saga settles its kept rows (``kept.move_on``); ``None`` for a flow that keeps none.
     next_awaiting: kept.NextAwaiting | None = None
     after_commit: Callable[[], object] | None = None  # e.g. apply the reached step's kept events
+    #: The step's W3C trace context, stored with its timers and outbox rows (``None``: none).
+    trace_context: Mapping[str, str] | None = None
 
 
 @dataclass(frozen=True)
@@ -191,6 +193,7 @@ def _create(t: Transition, via: JournalVia) -> _Written:
             step_index=t.step_index,
             correlation_id=t.envelope.correlation_id,
             now=t.now,
+            trace_context=t.trace_context,
         )
     sql.insert_together(
         [
@@ -296,7 +299,13 @@ def _journal_row(t: Transition, via: JournalVia, *, version: int) -> dict[str, A
 
 def _outbox_rows(t: Transition) -> list[dict[str, Any]]:
     return [
-        outbox.row_values(s.envelope, s.payload, saga_id=t.saga_id, deliver_at=s.deliver_at)
+        outbox.row_values(
+            s.envelope,
+            s.payload,
+            saga_id=t.saga_id,
+            deliver_at=s.deliver_at,
+            trace_context=t.trace_context,
+        )
         for s in t.effects.outbox
     ]
 
@@ -321,6 +330,7 @@ def _apply_timer_operations(t: Transition, canceled: int) -> _Written:
                 step_index=t.step_index,
                 correlation_id=t.envelope.correlation_id,
                 now=t.now,
+                trace_context=t.trace_context,
             )
             scheduled += 1
         elif isinstance(operation, CancelTimer):

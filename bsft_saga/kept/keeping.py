@@ -7,6 +7,7 @@ from datetime import datetime
 
 from django.db import IntegrityError, transaction
 
+from bsft_saga import telemetry
 from bsft_saga.conf import saga_settings
 from bsft_saga.events import payloads
 from bsft_saga.events.envelope import Envelope
@@ -114,4 +115,5 @@ def _create(
         deadline=envelope.deadline,
         published_at=envelope.published_at,
         kept_at=now,
+        trace_context=telemetry.current_trace_context(),
     )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import uuid
+from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
@@ -18,9 +19,11 @@ def row_values(
     *,
     saga_id: uuid.UUID | None = None,
     deliver_at: datetime | None = None,
+    trace_context: Mapping[str, str] | None = None,
 ) -> dict[str, Any]:
     """The outbox row for ``envelope``, whose event ``payload`` encodes (for ``sql.insert``);
-    ``deliver_at``: a delayed message's delivery time."""
+    ``deliver_at``: a delayed message's delivery time; ``trace_context``: the W3C trace
+    context of the code that publishes it (``telemetry.current_trace_context``)."""
     return {
         "id": envelope.message_id,
         "saga": saga_id,
@@ -31,6 +34,7 @@ def row_values(
         "deadline": envelope.deadline,
         "created_at": envelope.published_at,
         "deliver_at": deliver_at,
+        "trace_context": None if trace_context is None else dict(trace_context),
     }
 
 

@@ -9,6 +9,7 @@ from typing import Any
 
 from django.db import transaction
 
+from bsft_saga import telemetry
 from bsft_saga.db import sql
 from bsft_saga.events import nesting
 from bsft_saga.events.envelope import Envelope
@@ -44,7 +45,9 @@ def stage_deferred(
     delivered once, as it was first written, whether it is still waiting or delivered
     already.
     """
-    values = row_values(envelope, payload, deliver_at=deliver_at)
+    values = row_values(
+        envelope, payload, deliver_at=deliver_at, trace_context=telemetry.current_trace_context()
+    )
     if not sql.insert_unless_present(SagaOutboxMessage, values):
         logger.info(
             "bsft_saga: %s %s is in the outbox already; publishing it again wrote nothing",

@@ -10,7 +10,7 @@ schedule then replaces the requeued timer.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -26,9 +26,17 @@ from bsft_saga.timeouts.requests import (
     TimerRequest,
 )
 
+#: The W3C trace context of the step that schedules a timer (``telemetry.current_trace_context``).
+TraceContext = Mapping[str, str] | None
+
 
 def _values(
-    request: TimerRequest, *, step_index: int, correlation_id: str | None, now: datetime
+    request: TimerRequest,
+    *,
+    step_index: int,
+    correlation_id: str | None,
+    now: datetime,
+    trace_context: TraceContext = None,
 ) -> dict[str, Any]:
     return {
         # Checked where it entered (schedule_timeout); again here for bsft_saga's own timers
@@ -38,6 +46,7 @@ def _values(
         "payload": request.payload,
         "calendar_key": request.calendar_key,
         "correlation_id": correlation_id or "",
+        "trace_context": None if trace_context is None else dict(trace_context),
         "scope": request.scope,
         "ignore_deadline": request.ignore_deadline,
         "scheduled_step_index": step_index,
@@ -59,6 +68,7 @@ def rows_for_new(
     step_index: int,
     correlation_id: str | None,
     now: datetime,
+    trace_context: TraceContext = None,
 ) -> list[dict[str, Any]]:
     """The timer rows of an instance that is being created, for one INSERT.
 
@@ -78,7 +88,13 @@ def rows_for_new(
         {
             "saga": saga_id,
             "name": name,
-            **_values(request, step_index=step_index, correlation_id=correlation_id, now=now),
+            **_values(
+                request,
+                step_index=step_index,
+                correlation_id=correlation_id,
+                now=now,
+                trace_context=trace_context,
+            ),
         }
         for name, request in pending.items()
     ]
@@ -91,9 +107,17 @@ def schedule(
     step_index: int,
     correlation_id: str | None,
     now: datetime,
+    trace_context: TraceContext = None,
 ) -> None:
-    """Write ``request``, replacing a pending timer of the same name in place."""
-    values = _values(request, step_index=step_index, correlation_id=correlation_id, now=now)
+    """Write ``request``, replacing a pending timer of the same name in place (its trace
+    context too: the replacing step's)."""
+    values = _values(
+        request,
+        step_index=step_index,
+        correlation_id=correlation_id,
+        now=now,
+        trace_context=trace_context,
+    )
     pending = {"saga": saga_id, "name": request.name, "dispatched_at": None}
     if not sql.update(SagaTimeout, values, pending):
         sql.insert(SagaTimeout, [{"saga": saga_id, "name": request.name, **values}])

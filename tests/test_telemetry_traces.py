@@ -1,0 +1,255 @@
+"""One trace across time: rows written for later store the W3C trace context of the code
+that wrote them, and the span that delivers them links to it (docs/observability.md)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import timedelta
+from typing import Any
+
+import pytest
+from django.test import override_settings
+from freezegun.api import FrozenDateTimeFactory
+from opentelemetry import trace
+from opentelemetry.sdk.trace import ReadableSpan
+from opentelemetry.trace import SpanContext
+
+from bsft_saga import publish
+from bsft_saga.correlation import correlation_scope
+from bsft_saga.draining import drain_pass
+from bsft_saga.models import SagaKeptEvent, SagaOutboxMessage, SagaTimeout
+from bsft_saga.telemetry import current_trace_context, trace_context_of
+from bsft_saga.timeouts import drain_due
+from tests.support import telemetry as telemetry_fixtures
+from tests.support.receivers import receiving
+from tests.support.telemetry import Telemetry
+from tests.testapp.kept_events import Item, Opened
+from tests.testapp.timer_events import ProbeDue, ProbePoked, ProbeStarted
+
+pytestmark = pytest.mark.django_db
+
+Register = Callable[[Callable[[Any, Any], None]], str]
+
+
+@pytest.fixture(scope="session")
+def otel() -> Telemetry:
+    return telemetry_fixtures.install()
+
+
+@pytest.fixture
+def spans(otel: Telemetry) -> Callable[[str], list[ReadableSpan]]:
+    """The spans of one name finished during this test."""
+    exporter = otel.span_exporter
+    exporter.clear()
+    return otel.spans
+
+
+def _request_span() -> Any:
+    return trace.get_tracer("tests.request").start_as_current_span("request")
+
+
+def _stored(row: SagaTimeout | SagaOutboxMessage | SagaKeptEvent) -> SpanContext:
+    row.refresh_from_db()
+    span_context = trace_context_of(row.trace_context)
+    assert span_context is not None, row.trace_context
+    return span_context
+
+
+def _schedules_wake(action: Register, *, then: str = "") -> str:
+    return action(
+        lambda ctx, e: ctx.schedule_timeout(
+            "wake", timedelta(days=2), ProbePoked(e.probe_id, action=then)
+        )
+    )
+
+
+# --- what is stored ----------------------------------------------------------------------
+
+
+def test_a_timer_stores_the_trace_context_of_the_step_that_scheduled_it(
+    otel: Telemetry, spans: Any, action: Register
+) -> None:
+    with _request_span():
+        publish(ProbeStarted("trace-1", _schedules_wake(action)))
+
+    [step] = spans("saga.step")
+    stored = _stored(SagaTimeout.objects.get(name="wake"))
+    assert step.context is not None
+    assert (stored.trace_id, stored.span_id) == (step.context.trace_id, step.context.span_id)
+
+
+def test_the_stored_context_is_the_w3c_traceparent(otel: Telemetry, action: Register) -> None:
+    with _request_span() as request:
+        publish(ProbeStarted("trace-2", _schedules_wake(action)))
+
+    stored = SagaTimeout.objects.get(name="wake").trace_context
+    assert stored is not None
+    [key] = stored.keys()
+    value = stored["traceparent"]
+    assert key == "traceparent"
+    assert value.startswith(f"00-{request.get_span_context().trace_id:032x}-")
+
+
+def test_a_step_s_outbox_rows_and_delayed_messages_store_its_trace_context(
+    otel: Telemetry, spans: Any, action: Register
+) -> None:
+    def publishes(ctx: Any, e: Any) -> None:
+        ctx.publish(ProbeDue(e.probe_id, "now"))
+        ctx.publish(ProbeDue(e.probe_id, "later"), delay=timedelta(hours=1))
+
+    with _request_span():
+        publish(ProbeStarted("trace-3", action(publishes)))
+
+    [step] = spans("saga.step")
+    assert step.context is not None
+    rows = SagaOutboxMessage.objects.filter(saga__correlation_key="trace-3")
+    assert rows.count() == 2
+    for row in rows:
+        assert _stored(row).span_id == step.context.span_id
+
+
+def test_a_deferred_event_stores_the_trace_context_of_its_publisher(otel: Telemetry) -> None:
+    with _request_span() as request:
+        publish(ProbeDue("trace-4", "deferred"), delay=timedelta(hours=1))
+
+    row = SagaOutboxMessage.objects.get(saga=None)
+    assert _stored(row).span_id == request.get_span_context().span_id
+
+
+def test_nothing_is_stored_when_no_span_is_current(otel: Telemetry, action: Register) -> None:
+    assert current_trace_context() is None
+    publish(ProbeDue("trace-5", "deferred"), delay=timedelta(hours=1))
+
+    assert SagaOutboxMessage.objects.get(saga=None).trace_context is None
+
+
+def test_a_kept_event_stores_the_trace_context_of_its_publisher(otel: Telemetry) -> None:
+    publish(Opened("trace-6"))
+    with _request_span() as request:
+        publish(Item("trace-6", n=1))  # early: the saga waits for a Gate first
+
+    row = SagaKeptEvent.objects.get()
+    assert _stored(row).span_id == request.get_span_context().span_id
+
+
+def test_a_malformed_stored_context_names_no_span() -> None:
+    assert trace_context_of(None) is None
+    assert trace_context_of({}) is None
+    assert trace_context_of({"traceparent": "00-not-a-trace"}) is None
+    assert trace_context_of(["00-abc"]) is None
+
+
+# --- the delivery spans ------------------------------------------------------------------
+
+
+def _only_link(span: ReadableSpan) -> SpanContext:
+    [link] = span.links
+    return link.context
+
+
+def test_a_fired_timer_s_span_starts_a_new_trace_linked_to_the_one_that_scheduled_it(
+    otel: Telemetry, spans: Any, clock: FrozenDateTimeFactory, action: Register
+) -> None:
+    with _request_span() as request:
+        publish(ProbeStarted("trace-7", _schedules_wake(action)))
+    scheduled = _stored(SagaTimeout.objects.get(name="wake"))
+
+    clock.tick(timedelta(days=2))
+    drain_due()
+
+    [timeout] = spans("saga.timeout")
+    assert timeout.parent is None  # nothing current in the pass: a fresh root
+    assert timeout.context is not None
+    assert timeout.context.trace_id != request.get_span_context().trace_id
+    linked = _only_link(timeout)
+    assert (linked.trace_id, linked.span_id) == (scheduled.trace_id, scheduled.span_id)
+    [woken] = [s for s in spans("saga.step") if s.attributes and s.attributes["saga.step.index"]]
+    assert woken.parent is not None
+    assert woken.parent.span_id == timeout.context.span_id
+
+
+def test_a_fired_timer_s_span_is_a_child_of_the_pass_s_span(
+    otel: Telemetry, spans: Any, clock: FrozenDateTimeFactory, action: Register
+) -> None:
+    publish(ProbeStarted("trace-8", _schedules_wake(action)))
+    clock.tick(timedelta(days=2))
+
+    with trace.get_tracer("tests.task").start_as_current_span("celery.run") as task:
+        drain_due()
+
+    [timeout] = spans("saga.timeout")
+    assert timeout.parent is not None
+    assert timeout.parent.span_id == task.get_span_context().span_id
+
+
+def test_trace_parent_stored_makes_the_stored_context_the_parent(
+    otel: Telemetry, spans: Any, clock: FrozenDateTimeFactory, action: Register
+) -> None:
+    with _request_span() as request:
+        publish(ProbeStarted("trace-9", _schedules_wake(action)))
+    scheduled = _stored(SagaTimeout.objects.get(name="wake"))
+    clock.tick(timedelta(days=2))
+
+    with (
+        override_settings(BSFT_SAGA={"TELEMETRY": {"TRACE_PARENT": "stored"}}),
+        trace.get_tracer("tests.task").start_as_current_span("celery.run") as task,
+    ):
+        drain_due()
+
+    [timeout] = spans("saga.timeout")
+    assert timeout.parent is not None
+    assert (timeout.parent.trace_id, timeout.parent.span_id) == (
+        scheduled.trace_id,
+        scheduled.span_id,
+    )
+    assert timeout.context is not None
+    assert timeout.context.trace_id == request.get_span_context().trace_id
+    assert _only_link(timeout).span_id == task.get_span_context().span_id
+
+
+def test_a_timer_without_a_stored_context_has_no_link(
+    otel: Telemetry, spans: Any, clock: FrozenDateTimeFactory, action: Register
+) -> None:
+    publish(ProbeStarted("trace-10", _schedules_wake(action)))
+    SagaTimeout.objects.update(trace_context=None)  # written before tracing was set up
+    clock.tick(timedelta(days=2))
+
+    drain_due()
+
+    [timeout] = spans("saga.timeout")
+    assert timeout.links == ()
+
+
+def test_a_fired_timer_s_span_carries_the_timer_s_correlation_id(
+    otel: Telemetry, spans: Any, clock: FrozenDateTimeFactory, action: Register
+) -> None:
+    with correlation_scope("order-42"):
+        publish(ProbeStarted("trace-11", _schedules_wake(action)))
+    clock.tick(timedelta(days=2))
+
+    with correlation_scope("the-dispatcher"):
+        drain_due()
+
+    [timeout] = spans("saga.timeout")
+    assert timeout.attributes is not None
+    assert timeout.attributes["saga.correlation_id"] == "order-42"
+
+
+def test_a_delayed_message_s_span_links_to_its_publisher(
+    otel: Telemetry, spans: Any, clock: FrozenDateTimeFactory
+) -> None:
+    with correlation_scope("order-43"), _request_span() as request:
+        publish(ProbeDue("trace-12", "later"), delay=timedelta(days=2))
+    clock.tick(timedelta(days=2))
+
+    with receiving(ProbeDue) as received, correlation_scope("the-dispatcher"):
+        drain_pass()
+
+    assert len(received) == 1
+    [deliver] = spans("saga.deliver")
+    assert deliver.parent is None
+    assert _only_link(deliver).span_id == request.get_span_context().span_id
+    assert deliver.attributes is not None
+    assert deliver.attributes["saga.correlation_id"] == "order-43"
+    assert deliver.attributes["saga.type"] == ""
+    assert deliver.attributes["saga.event.type"] == received[0].event_type
