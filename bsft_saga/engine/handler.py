@@ -393,7 +393,7 @@ def _apply_next(flow: FlowDefinition, saga_id: uuid.UUID) -> _Attempt:
         )
         outcome = record_failure(kept.KEPT, row, claim, failure_reason(exc), config)
         if outcome is Outcome.DEAD_LETTERED:
-            telemetry.count(kept.KEPT.dead_lettered_counter, flow.saga_type)
+            kept.KEPT.count(outcome, flow.saga_type)
             return _Attempt.DEAD_LETTERED
         return _Attempt.STOPPED
     duplicate = isinstance(planned, _Ignored) and planned.reason == "duplicate"

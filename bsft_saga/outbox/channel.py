@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from datetime import datetime
 from types import MappingProxyType
@@ -11,7 +11,8 @@ from typing import Any
 
 from bsft_saga import journal, telemetry
 from bsft_saga.correlation import SagaInScope, correlation_scope, saga_scope
-from bsft_saga.delivery.channel import Channel
+from bsft_saga.delivery.channel import Channel, Retirement, retired
+from bsft_saga.delivery.report import Outcome
 from bsft_saga.events.envelope import Envelope
 from bsft_saga.models import JournalKind, SagaOutboxMessage
 from bsft_saga.outbox.rows import envelope_of
@@ -27,7 +28,7 @@ class OutboxChannel(Channel[SagaOutboxMessage]):
 
     model = SagaOutboxMessage
     noun = "outbox message"
-    dead_lettered_counter = "outbox.dead_lettered"
+    counters = MappingProxyType({Outcome.DEAD_LETTERED: "outbox.dead_lettered"})
     related = ("saga",)
     pending_where = MappingProxyType({"delivered_at": None, "dead_lettered_at": None})
 
@@ -46,8 +47,29 @@ class OutboxChannel(Channel[SagaOutboxMessage]):
     def delivered_rows(self) -> SagaOutboxQuerySet:
         return SagaOutboxMessage.objects.delivered()
 
-    def delivered(self, now: datetime) -> dict[str, Any]:
-        return {"delivered_at": now}
+    def retire(
+        self,
+        rows: Sequence[SagaOutboxMessage],
+        outcome: Outcome,
+        now: datetime,
+        *,
+        reason: str = "",
+        journaled: bool = False,
+    ) -> Retirement:
+        """A delivered row gets ``delivered_at``; a dead-lettered one only the shared
+        columns. A message a saga's step published that is given up is in that saga's
+        journal (one ``publish(..., defer=True)`` wrote belongs to no saga); a delivered one
+        is not (what it woke writes its own entries)."""
+        if outcome is Outcome.DELIVERED:
+            return Retirement({"delivered_at": now, **retired(outcome, now)}, [])
+        if outcome is not Outcome.DEAD_LETTERED:
+            raise ValueError(f"an outbox message is never {outcome.value}")
+        entries = [
+            journal.outbox_entry(row, JournalKind.DEAD_LETTERED, at=now)
+            for row in rows
+            if row.saga_id is not None and not journaled
+        ]
+        return Retirement(retired(outcome, now), entries)
 
     def envelope(self, row: SagaOutboxMessage, token: uuid.UUID) -> Envelope:
         return self.known.get(row.pk) or envelope_of(row)
@@ -58,15 +80,6 @@ class OutboxChannel(Channel[SagaOutboxMessage]):
     def describe(self, row: SagaOutboxMessage) -> str:
         owner = f" of saga {row.saga.saga_type}[{row.saga.correlation_key}]" if row.saga else ""
         return f"outbox message {row.event_type!r} (id {row.pk}){owner}"
-
-    def journal_entry(
-        self, row: SagaOutboxMessage, kind: JournalKind, now: datetime
-    ) -> dict[str, Any] | None:
-        """A message a saga's step published that is given up is in that saga's journal
-        (one ``publish(..., defer=True)`` wrote belongs to no saga)."""
-        if kind != JournalKind.DEAD_LETTERED or row.saga_id is None:
-            return None
-        return journal.outbox_entry(row, kind, at=now)
 
     @contextmanager
     def publishing(self, row: SagaOutboxMessage) -> Iterator[None]:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from datetime import datetime
 from types import MappingProxyType
@@ -13,10 +13,11 @@ from django.db import transaction
 from django.db.models import F, QuerySet
 
 from bsft_saga import clock, journal, telemetry
-from bsft_saga.conf import DeliverySettings, saga_settings
+from bsft_saga.conf import saga_settings
 from bsft_saga.correlation import SagaInScope, correlation_scope, saga_scope
 from bsft_saga.db import sql
-from bsft_saga.delivery.channel import Channel, Sorted
+from bsft_saga.delivery.channel import Channel, Retirement, Sorted, retired
+from bsft_saga.delivery.report import Outcome
 from bsft_saga.engine import lookup
 from bsft_saga.events import codec
 from bsft_saga.events.envelope import Envelope, TimerOrigin
@@ -39,8 +40,13 @@ class TimerChannel(Channel[SagaTimeout]):
 
     model = SagaTimeout
     noun = "timer"
-    delivered_counter = "timeout.fired"
-    dead_lettered_counter = "timeout.dead_lettered"
+    counters = MappingProxyType(
+        {
+            Outcome.DELIVERED: "timeout.fired",
+            Outcome.MISSED: "timeout.missed",
+            Outcome.DEAD_LETTERED: "timeout.dead_lettered",
+        }
+    )
     related = ("saga",)
     pending_where = MappingProxyType({"dispatched_at": None})
 
@@ -56,15 +62,26 @@ class TimerChannel(Channel[SagaTimeout]):
     def delivered_rows(self) -> SagaTimeoutQuerySet:
         return SagaTimeout.objects.filter(outcome=TimeoutOutcome.FIRED)
 
-    def delivered(self, now: datetime) -> dict[str, Any]:
-        return {"dispatched_at": now, "outcome": TimeoutOutcome.FIRED}
-
-    def dead_lettered(self, now: datetime, reason: str) -> dict[str, Any]:
-        return {
-            "dispatched_at": now,
-            "outcome": TimeoutOutcome.DEAD_LETTERED,
-            "dead_letter_reason": reason,
-        }
+    def retire(
+        self,
+        rows: Sequence[SagaTimeout],
+        outcome: Outcome,
+        now: datetime,
+        *,
+        reason: str = "",
+        journaled: bool = False,
+    ) -> Retirement:
+        """A timer retires with its ``outcome`` (fired, missed, dead-lettered, with the
+        reason) and ``dispatched_at``. Every timer is part of its saga's story: one that
+        fired without waking a step of it (plain receivers sent the reminder), was missed
+        or was dead-lettered has an entry of its own."""
+        stored, kind = _RETIRED_AS[outcome]
+        stamp: dict[str, Any] = {"dispatched_at": now, "outcome": stored}
+        if outcome is Outcome.DEAD_LETTERED:
+            stamp["dead_letter_reason"] = reason
+        stamp.update(retired(outcome, now))
+        entries = [] if journaled else [journal.timer_entry(row, kind, at=now) for row in rows]
+        return Retirement(stamp, entries)
 
     def envelope(self, row: SagaTimeout, token: uuid.UUID) -> Envelope:
         """The timer's event, under the correlation id it was scheduled with, marked as
@@ -113,7 +130,7 @@ class TimerChannel(Channel[SagaTimeout]):
         return {timer_id: saga.known for timer_id, saga in sagas.items()}
 
     def sort_out(
-        self, rows: list[SagaTimeout], token: uuid.UUID, config: DeliverySettings, now: datetime
+        self, rows: list[SagaTimeout], token: uuid.UUID, now: datetime
     ) -> Sorted[SagaTimeout]:
         """Retire the rows the catch-up policy discards as missed, in a commit of their own."""
         # The policy reads before the transaction opens: on SQLite a transaction that reads
@@ -123,9 +140,8 @@ class TimerChannel(Channel[SagaTimeout]):
             return Sorted(rows)
         with transaction.atomic():
             missed = self._stamp_missed([row for row in rows if row.pk in missed_ids], token)
-            self.journal(missed, JournalKind.TIMER_MISSED, now)
         for row in missed:
-            telemetry.count("timeout.missed", row.saga.saga_type)
+            self.count(Outcome.MISSED, row.saga.saga_type)
         return Sorted(
             [row for row in rows if row.pk not in missed_ids],
             missed=len(missed),
@@ -134,18 +150,19 @@ class TimerChannel(Channel[SagaTimeout]):
         )
 
     def _stamp_missed(self, rows: list[SagaTimeout], token: uuid.UUID) -> list[SagaTimeout]:
-        """Retire ``rows`` as missed (one statement); return those this pass still held."""
-        ids = [row.pk for row in rows]
+        """Retire ``rows`` as missed (one statement) with the journal entries of those this
+        pass still held; return those."""
+        ids, now = [row.pk for row in rows], clock.now()
         # Write first, then read which rows were ours (a read first could cost SQLite's lock).
-        self.held(token).filter(pk__in=ids).update(
-            dispatched_at=clock.now(), outcome=TimeoutOutcome.MISSED, claimed_until=None
-        )
+        self.held(token).filter(pk__in=ids).update(**self.retire([], Outcome.MISSED, now).stamp)
         stamped = set(
             SagaTimeout.objects.filter(
                 pk__in=ids, claim_token=token, outcome=TimeoutOutcome.MISSED
             ).values_list("pk", flat=True)
         )
-        return [row for row in rows if row.pk in stamped]
+        missed = [row for row in rows if row.pk in stamped]
+        self.retire(missed, Outcome.MISSED, now).journal()
+        return missed
 
     def saga_type(self, row: SagaTimeout) -> str:
         return row.saga.saga_type
@@ -153,11 +170,6 @@ class TimerChannel(Channel[SagaTimeout]):
     def describe(self, row: SagaTimeout) -> str:
         saga = row.saga
         return f"timer {row.name!r} (id {row.pk}) of saga {saga.saga_type}[{saga.correlation_key}]"
-
-    def journal_entry(self, row: SagaTimeout, kind: JournalKind, now: datetime) -> dict[str, Any]:
-        """Every timer is part of its saga's story: one that fired without waking a step of
-        it (plain receivers sent the reminder), was missed or was dead-lettered too."""
-        return journal.timer_entry(row, kind, at=now)
 
     def requeued(self) -> dict[str, Any]:
         return {"dispatched_at": None, "outcome": None, "dead_letter_reason": ""}
@@ -215,5 +227,12 @@ class TimerChannel(Channel[SagaTimeout]):
         ):
             yield
 
+
+#: How a timer retired with each outcome is stored, and what its journal entry says.
+_RETIRED_AS = {
+    Outcome.DELIVERED: (TimeoutOutcome.FIRED, JournalKind.TIMER_FIRED),
+    Outcome.MISSED: (TimeoutOutcome.MISSED, JournalKind.TIMER_MISSED),
+    Outcome.DEAD_LETTERED: (TimeoutOutcome.DEAD_LETTERED, JournalKind.DEAD_LETTERED),
+}
 
 TIMERS = TimerChannel()
