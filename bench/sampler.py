@@ -8,7 +8,7 @@ connection, in autocommit (so that the sampler never holds the xmin horizon back
   transaction, which commits a moment later, so the window ends ``LATENESS_MARGIN`` before
   the sample: a row is counted in exactly one sample once its batch has committed.
 - **The claim** (the due-poll): ``bsft_saga.delivery.claim.claim`` for the timer channel,
-  exactly as a dispatch pass runs it, ``CLAIM_PROBES`` times, each in a transaction that is
+  exactly as a timer pass runs it, ``CLAIM_PROBES`` times, each in a transaction that is
   rolled back (median ms, from the call to the rollback: the round trips a pass pays
   included); then ``EXPLAIN (ANALYZE, BUFFERS)`` of the SELECT it sent, for the buffers it
   touched, its time on the server and the plan's shape. Every pass pays it, work or none;

@@ -4,7 +4,7 @@ A process running passes inside :func:`bsft_saga.delivery.heartbeat.reporting` k
 ``SagaDispatcher`` row. It is **stale** once its ``last_pass_at`` is older than
 ``DELIVERY["STALE_AFTER"]`` (three ``POLL_INTERVAL`` s, at least a minute, by default): an
 idle dispatcher reports once per ``POLL_INTERVAL`` and a busy one at every pass, so a stale
-one is dead, stuck, or cut off from the database. A ``last_pass_at`` more than
+one has died, hangs, or is cut off from the database. A ``last_pass_at`` more than
 ``STALE_AFTER`` after now is no sign of life either (a host whose clock runs far ahead, a
 row written by hand): that dispatcher is stale too, and ``idle_seconds`` is never taken
 from it. One whose ``last_pass_at`` cannot be read back (year 10000, written by hand) is
@@ -184,7 +184,7 @@ class Claimer:
       old it is (``None`` when it cannot be read).
 
     A claimed row whose claimer is stale (or gone) is held by a process that died or
-    stalls: its lease ends at ``lease_ends``, and the next pass then claims it again.
+    hangs: its lease ends at ``lease_ends``, and the next pass then claims it again.
     """
 
     dispatcher_id: uuid.UUID | None

@@ -3,7 +3,7 @@ when, and whether that process still reports in (:func:`bsft_saga.dispatchers.cl
 
 Only a row that a claim holds now (pending, its lease not over) has a holder: *claimed by*
 names the dispatcher and when the lease ends, and *claimer's heartbeat* says how long ago it
-last passed, in the admin's error colour once that is stale (the process died or stalls;
+last passed, in the admin's error colour once that is stale (the process died or hangs;
 the next pass claims the row again when the lease ends). A fired, canceled or delivered
 row, or a pending one whose lease has run out, is held by nobody: its page names the
 dispatcher that claimed it last, plainly, and shows no heartbeat, since that process's

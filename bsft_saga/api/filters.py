@@ -66,7 +66,7 @@ class BoundedIsoDateTimeFilter(django_filters.IsoDateTimeFilter):
 
 
 class SagaInstanceFilter(django_filters.FilterSet):
-    """The stall query is ``?is_complete=false&updated_before=<an hour ago>``."""
+    """The stalled sagas' query is ``?is_complete=false&updated_before=<an hour ago>``."""
 
     saga_type = django_filters.CharFilter()
     saga_type_prefix = django_filters.CharFilter(field_name="saga_type", lookup_expr="startswith")

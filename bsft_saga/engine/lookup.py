@@ -12,7 +12,7 @@ A pass firing timers asks the same for its whole batch in the one query that loa
 timers' sagas after the claim (:func:`firing_sagas`); the step a timer wakes then finds its
 answer here (:func:`instance_for`) instead of asking again, unless the pass has committed
 to that saga since, or the answer is older than a commit interval (see
-:mod:`bsft_saga.delivery.passes`). An answer that went stale all the same costs a lost
+:mod:`bsft_saga.delivery.passes`). An answer outdated all the same costs a lost
 version race, never a wrong write: everything it says moves the saga's version on.
 """
 

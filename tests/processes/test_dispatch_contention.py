@@ -1,6 +1,6 @@
 """Eight dispatchers on sagas with two due timers each, while replies race their expiries.
 
-A saga with two timers due together is the case that used to stall the dispatchers: two
+A saga with two timers due together is the case that used to hold the dispatchers up: two
 passes firing one timer each of the same saga, each holding the locks of a whole batch,
 deadlocked on the instance rows. Each phase runs eight fresh
 ``tests/workers/timer_drain.py`` children, released together on freshly written rows in

@@ -1,4 +1,4 @@
-"""Dispatchers that die or stall in the middle of a pass, as real child processes.
+"""Dispatchers that die or hang in the middle of a pass, as real child processes.
 
 Each scenario runs ``tests/workers/timer_drain.py`` with a fault point (see its
 docstring), checks what the dead or stopped process left behind, then lets another
@@ -226,38 +226,38 @@ def test_dispatcher_stopped_after_claiming_and_resumed_after_its_lease_changes_n
     children: Supervisor,
 ) -> None:
     keys = _start_counters()
-    stalled = children.spawn(DRAIN, "--fault", "stop-after-claim", name="stalled")
-    stalled.wait_until_stopped(timeout=60)
+    stopped = children.spawn(DRAIN, "--fault", "stop-after-claim", name="stopped")
+    stopped.wait_until_stopped(timeout=60)
 
     assert _take_over(children)["fired"] == COUNTERS
     assert _counters(keys) == _advanced_once(keys)
     before = _snapshot()
-    stalled.process.send_signal(signal.SIGCONT)
-    report = stalled.report()
+    stopped.process.send_signal(signal.SIGCONT)
+    report = stopped.report()
 
     # Every row it had claimed carries the successor's token now: it published nothing.
     assert _snapshot() == before
     assert (report["fired"], report["unclaimed"]) == (0, COUNTERS)
 
 
-def test_a_pass_stalled_inside_its_commit_holds_no_row_and_writes_nothing_once_resumed(
+def test_a_pass_stopped_inside_its_commit_holds_no_row_and_writes_nothing_once_resumed(
     children: Supervisor,
 ) -> None:
-    # PostgreSQL only: on SQLite the stalled commit holds the database-wide write lock, so no
+    # PostgreSQL only: on SQLite the stopped commit holds the database-wide write lock, so no
     # other dispatcher could write until it resumes.
     require_postgres_backend()
     keys = _start_counters()
-    stalled = children.spawn(DRAIN, "--fault", "stop-before-window", name="stalled")
-    stalled.wait_until_stopped(timeout=60)
+    stopped = children.spawn(DRAIN, "--fault", "stop-before-window", name="stopped")
+    stopped.wait_until_stopped(timeout=60)
 
     # Stopped before the commit's first row lock (its steps ran with no transaction open):
     # once the lease has run out, the successor fires all three.
     assert _take_over(children)["fired"] == COUNTERS
-    stalled.process.send_signal(signal.SIGCONT)
-    report = stalled.report()
+    stopped.process.send_signal(signal.SIGCONT)
+    report = stopped.report()
 
     # Resumed, its steps lose their version checks and its stamps their claims.
-    assert (report["fired"], report["unclaimed"]) == (0, COUNTERS), (report, stalled.stderr())
+    assert (report["fired"], report["unclaimed"]) == (0, COUNTERS), (report, stopped.stderr())
     assert _counters(keys) == _advanced_once(keys)
 
 
@@ -265,14 +265,14 @@ def test_a_pass_stopped_halfway_holds_no_row_and_fires_nothing_twice(
     children: Supervisor,
 ) -> None:
     keys = _start_counters()
-    stalled = children.spawn(DRAIN, "--fault", "stop-mid-batch", name="stalled")
-    stalled.wait_until_stopped(timeout=60)
+    stopped = children.spawn(DRAIN, "--fault", "stop-mid-batch", name="stopped")
+    stopped.wait_until_stopped(timeout=60)
 
     # It ran the first timer's step and keeps its writes for a commit: nothing is locked,
     # nothing written, and the successor fires all three once the lease has run out.
     assert _take_over(children)["fired"] == COUNTERS
-    stalled.process.send_signal(signal.SIGCONT)
-    report = stalled.report()
+    stopped.process.send_signal(signal.SIGCONT)
+    report = stopped.report()
 
     assert (report["fired"], report["unclaimed"]) == (0, COUNTERS)
     assert _counters(keys) == _advanced_once(keys)

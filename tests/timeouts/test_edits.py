@@ -266,37 +266,37 @@ def test_rescheduling_the_deadline_needs_the_terminate_permission_from_a_user() 
 # -- a claim whose lease ran out -----------------------------------------------------------------
 
 
-def test_a_reschedule_after_the_lease_ran_out_takes_the_timer_from_the_stale_pass() -> None:
+def test_a_reschedule_after_the_lease_ran_out_takes_the_timer_from_the_hung_pass() -> None:
     with freeze_time(T0) as frozen:
-        start_reminders("r-stale")
-        timer = SagaTimeout.objects.get(saga__correlation_key="r-stale")
+        start_reminders("r-hung")
+        timer = SagaTimeout.objects.get(saga__correlation_key="r-hung")
         later = T0 + timedelta(hours=1)
         moved: list[RescheduleReport] = []
 
-        def stall_then_reschedule(sender: type, *, envelope: Any, **kwargs: Any) -> None:
-            # The pass has claimed the timer and is running it when it stalls past its
+        def hang_then_reschedule(sender: type, *, envelope: Any, **kwargs: Any) -> None:
+            # The pass has claimed the timer and is running it when it hangs past its
             # lease; meanwhile the operator moves the timer.
             frozen.tick(saga_settings.delivery.claim_lease + timedelta(seconds=1))
             moved.append(reschedule_timer(timer.pk, later))
 
-        event_published.connect(stall_then_reschedule, sender=ReminderDue, weak=False)
+        event_published.connect(hang_then_reschedule, sender=ReminderDue, weak=False)
         try:
-            stale = drain_due()
+            hung = drain_due()
         finally:
-            event_published.disconnect(stall_then_reschedule, sender=ReminderDue)
+            event_published.disconnect(hang_then_reschedule, sender=ReminderDue)
 
         [report] = moved
         assert (report.refused, report.due_at) == (None, later)
-        # The stale pass could not stamp it: pending at its new time, its step not written.
-        assert (stale.fired, stale.unclaimed) == (0, 1)
+        # The hung pass could not stamp it: pending at its new time, its step not written.
+        assert (hung.fired, hung.unclaimed) == (0, 1)
         row = SagaTimeout.objects.get(pk=timer.pk)
         assert (row.is_pending, row.due_at, row.claim_token) == (True, later, None)
-        assert not completed("r-stale")
+        assert not completed("r-hung")
 
         frozen.move_to(later)
         assert drain_due().fired == 1
 
-    assert completed("r-stale") == {"r-stale"}
-    saga = SagaInstance.objects.get(correlation_key="r-stale")
+    assert completed("r-hung") == {"r-hung"}
+    saga = SagaInstance.objects.get(correlation_key="r-hung")
     kinds = list(saga.journal.order_by("id").values_list("kind", flat=True))
     assert kinds == [JournalKind.STARTED, JournalKind.TIMER_RESCHEDULED, JournalKind.COMPLETED]

@@ -1,4 +1,4 @@
-"""One dispatch pass, ``drain_due()``: what fires, under which correlation id, how failures
+"""One timer pass, ``drain_due()``: what fires, under which correlation id, how failures
 are counted and retired (docs/timeouts.md).
 
 Multi-process races and the 10k load test live in tests/processes/test_timeouts_faults.py.
@@ -313,23 +313,23 @@ def test_a_receiver_keyed_on_the_message_id_acts_once_on_a_redelivered_timer_eve
     assert follow_up_mailer == ["q-1"]
 
 
-def _claim_then_lose(clock: FrozenDateTimeFactory, *, stall: timedelta) -> list[Any]:
-    """Claim the due rows for a pass that stalls, then let another pass claim them as if
-    ``stall`` had passed; return the stalled pass's rows."""
+def _claim_then_lose(clock: FrozenDateTimeFactory, *, hang: timedelta) -> list[Any]:
+    """Claim the due rows for a pass that hangs, then let another pass claim them as if
+    ``hang`` had passed; return the hung pass's rows."""
     config = saga_settings.delivery
-    rows = claim(TIMERS, limit=10, token=STALE, now=clock_now(), lease=config.claim_lease).rows
+    rows = claim(TIMERS, limit=10, token=HUNG, now=clock_now(), lease=config.claim_lease).rows
     claim(
         TIMERS,
         limit=10,
         token=SUCCESSOR,
-        now=clock_now() + config.claim_lease + stall,
+        now=clock_now() + config.claim_lease + hang,
         lease=config.claim_lease,
     )
     return rows
 
 
 # Each claim below takes one row: it holds it with the token it writes for a single row.
-STALE, SUCCESSOR = alone(uuid.uuid4()), alone(uuid.uuid4())
+HUNG, SUCCESSOR = alone(uuid.uuid4()), alone(uuid.uuid4())
 
 
 def _nothing_written() -> None:
@@ -345,10 +345,10 @@ def test_a_pass_that_stalled_past_its_lease_publishes_nothing_it_lost(
     nudges = record(NudgeDue)
     publish(TaskOpened("t-1", nudge_after_seconds=3600))
     clock.tick(timedelta(hours=1))
-    rows = _claim_then_lose(clock, stall=timedelta(seconds=1))
+    rows = _claim_then_lose(clock, hang=timedelta(seconds=1))
     clock.tick(saga_settings.delivery.claim_lease + timedelta(seconds=1))
 
-    report = deliver_claimed(TIMERS, rows, STALE)
+    report = deliver_claimed(TIMERS, rows, HUNG)
 
     assert report == DeliveryReport(unclaimed=1)
     assert nudges.envelopes == []
@@ -361,9 +361,9 @@ def test_a_pass_taken_over_while_its_clock_said_it_held_the_claim_writes_nothing
     nudges = record(NudgeDue)
     publish(TaskOpened("t-1", nudge_after_seconds=3600))
     clock.tick(timedelta(hours=1))
-    rows = _claim_then_lose(clock, stall=timedelta(seconds=1))
+    rows = _claim_then_lose(clock, hang=timedelta(seconds=1))
 
-    report = deliver_claimed(TIMERS, rows, STALE)
+    report = deliver_claimed(TIMERS, rows, HUNG)
 
     # Its receivers ran (at least once), but the step's writes and the stamp were fenced off.
     assert report == DeliveryReport(unclaimed=1)

@@ -3,7 +3,7 @@
 Usage: ``python -m tests.workers.engine_timer_then_die`` with the parent test's environment
 (``subprocess_env``). The parent scheduled ``ReminderFlow``'s ``remind`` timer in the past.
 This process connects a plain receiver of ``ReminderDue`` (after the engine's, which
-``ready()`` connected) that SIGKILLs the process, then runs one dispatch pass: the saga's
+``ready()`` connected) that SIGKILLs the process, then runs one timer pass: the saga's
 step handles the timer's event inside the pass's batch transaction, and the process dies
 before that transaction commits.
 """
