@@ -460,7 +460,7 @@ class SagaTimeout(DeliveryRow):
                 name="bsft_saga_timeout_due_idx",
                 condition=Q(dispatched_at__isnull=True),
             ),
-            # What a dispatch pass claims: pending rows in the order they become ready
+            # What a timer pass claims: pending rows in the order they become ready
             # (a row waiting for its retry back-off is ready at next_attempt_at).
             models.Index(
                 Coalesce("next_attempt_at", "due_at"),
