@@ -361,7 +361,9 @@ def test_the_log_filter_adds_the_ambient_id() -> None:
 def test_the_logging_example_in_the_docs_prints_the_ambient_id() -> None:
     docs = (Path(__file__).resolve().parents[1] / "docs" / "observability.md").read_text()
     [example] = [
-        block for block in re.findall(r"```python\n(.*?)```", docs, re.S) if "LOGGING" in block
+        block
+        for block in re.findall(r"```python\n(.*?)```", docs, re.S)
+        if "bsft_saga.correlation.CorrelationIdFilter" in block
     ]
     # A fresh interpreter, so that reconfiguring logging cannot disturb this one.
     script = example + textwrap.dedent(
