@@ -7,7 +7,7 @@ Seeds a database of its own (created on the server of DATABASE_URL, default
 postgres://postgres@127.0.0.1:5432, and dropped afterwards) with finished instances
 completed 40 days ago, ``--inbox-per-instance`` inbox rows, a fired timer and a delivered
 outbox row each (``--inbox-rows`` inbox rows in all), plus live rows that must survive:
-active instances with inbox rows, pending timers and undelivered outbox rows. Then runs
+active instances with inbox rows, pending timers and pending outbox rows. Then runs
 ``manage.py purge_saga_data --older-than 30d`` in a child process, and meanwhile
 
 - samples ``pg_stat_activity`` every 10 ms for the age of the child's open transaction:
@@ -281,7 +281,7 @@ def _verify(live: dict[str, object]) -> list[str]:
     if SagaTimeout.objects.pending().count() != live["instances"]:
         problems.append("a pending timer is gone")
     if SagaOutboxMessage.objects.pending().count() != live["instances"]:
-        problems.append("an undelivered outbox row is gone")
+        problems.append("a pending outbox row is gone")
     finished_inbox = SagaInboxEntry.objects.exclude(saga__in=active).count()
     if finished_inbox:
         problems.append(f"{finished_inbox} inbox rows of finished instances are left")

@@ -200,7 +200,7 @@ class SagaOutboxQuerySet(DeliveryQuerySet["SagaOutboxMessage"]):
     def due(self, now: datetime) -> SagaOutboxQuerySet:
         """Pending rows whose time has come (a delayed message's ``deliver_at``, any other
         row's ``created_at``), whatever holds them back (a claim, a retry back-off): the
-        undelivered rows of ``saga_status``."""
+        due outbox rows of ``saga_status`` (``outbox_undelivered``)."""
         return self.pending().alias(due_at=outbox_due_at()).filter(due_at__lte=now)
 
     def waiting(self, now: datetime) -> SagaOutboxQuerySet:

@@ -3,7 +3,7 @@
 ``manage.py saga_status``, ``GET status/`` of the HTTP API, the admin's app index and the
 observable gauges of :mod:`bsft_saga.telemetry` all read them from here. Every query is a
 count or a ``MIN`` over a partial index of the rows that are still in play (pending timers,
-undelivered and dead-lettered rows, active instances), so the numbers stay cheap however
+pending and dead-lettered rows, active instances), so the numbers stay cheap however
 many retired timers, delivered outbox rows and completed instances the tables keep; the
 plans are shown in docs/operations.md and pinned by tests/test_status.py. The
 dispatchers' heartbeats (:mod:`bsft_saga.dispatchers`) are one more query, of a small table.
@@ -48,9 +48,9 @@ class SagaStatus:
       come (a delayed message's ``deliver_at``, any other row's ``created_at``), a row
       waiting for its retry back-off included.
     - ``outbox_scheduled``: delayed messages waiting for their ``deliver_at``; not late, so
-      neither undelivered nor in the lag.
+      neither due nor in the lag.
     - ``lag_seconds``: now minus the oldest of the due timers' ``due_at`` and the
-      undelivered outbox rows' ``deliver_at`` (``created_at`` for a row that is not a
+      due outbox rows' ``deliver_at`` (``created_at`` for a row that is not a
       delayed message); 0 when there is none. A healthy system stays within a
       POLL_INTERVAL or two; a growing lag means nothing drains.
     - ``events_kept``: events kept for a later step of their saga (``keep_early=True``),
@@ -154,7 +154,7 @@ def due_timers(*, now: datetime | None = None) -> int:
 
 
 def lag_seconds(*, now: datetime | None = None) -> float:
-    """How late the oldest due timer or undelivered outbox row is, in seconds (0: none)."""
+    """How late the oldest due timer or due outbox row is, in seconds (0: none)."""
     moment = now or clock.now()
     oldest_timer = _due_timers(moment).aggregate(oldest=Min("due_at"))["oldest"]
     return _lag(moment, oldest_timer, _due_outbox(moment)["oldest"])

@@ -84,8 +84,8 @@ def every_kind_of_row() -> None:
     """Two active instances and one completed; timers and outbox rows in every state.
 
     The oldest late thing is the timer due 90 s ago (waiting for its retry back-off); the
-    oldest undelivered outbox row is 40 s old. Of the two delayed messages written a day
-    ago, one came due 20 s ago (undelivered), the other waits for another ten minutes.
+    oldest due outbox row is 40 s old. Of the two delayed messages written a day
+    ago, one came due 20 s ago (due), the other waits for another ten minutes.
     """
     active = make_saga("active-1", now=NOW - timedelta(hours=1))
     make_saga("active-2", now=NOW - timedelta(hours=1))
@@ -160,7 +160,7 @@ def test_an_empty_database_has_no_lag() -> None:
     }
 
 
-def test_the_lag_counts_an_undelivered_outbox_row_when_no_timer_is_due() -> None:
+def test_the_lag_counts_a_due_outbox_row_when_no_timer_is_due() -> None:
     make_timer(make_saga(), "later", due_at=NOW + timedelta(hours=1))
     make_outbox(created_at=NOW - timedelta(seconds=12))
 

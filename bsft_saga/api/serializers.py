@@ -237,11 +237,11 @@ class SagaStatusSerializer(serializers.Serializer[dict[str, object]]):
         help_text="Outbox rows neither delivered nor dead-lettered whose time has come."
     )
     outbox_scheduled = serializers.IntegerField(
-        help_text="Delayed messages waiting for their deliver_at (not undelivered, no lag)."
+        help_text="Delayed messages waiting for their deliver_at (not due, no lag)."
     )
     outbox_dead_lettered = serializers.IntegerField(help_text="Dead-lettered outbox rows.")
     lag_seconds = serializers.FloatField(
-        help_text="Now minus the oldest due timer's due_at or undelivered outbox row's "
+        help_text="Now minus the oldest due timer's due_at or due outbox row's "
         "deliver_at (created_at for a row delivered at once); 0 when there is none."
     )
     events_kept = serializers.IntegerField(

@@ -118,8 +118,8 @@ class SagaInstanceViewSet(ReadOnlyModelViewSet[SagaInstance]):
         recorder = _content_recorder()
         instance = self.get_object()
         # The viewset is typed for instances; this one route pages timer rows.
-        timeouts: Any = readable_rows(in_listing_order(instance.timeouts.all()))
-        page: Any = self.paginate_queryset(timeouts)
+        timers: Any = readable_rows(in_listing_order(instance.timeouts.all()))
+        page: Any = self.paginate_queryset(timers)
         # After paging: a page that does not exist is DRF's 404 and, like any miss,
         # records nothing.
         _record_content_read(recorder, request, instance)

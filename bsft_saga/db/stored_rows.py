@@ -10,7 +10,7 @@ event type) and gives one example id to look at:
   (for a ``complete()`` flow, also those that handled the last step and did not complete:
   they were waiting for a step that a release removed);
 - E052: pending or dead-lettered timers whose event type no ``@event`` name or alias knows;
-- E053: undelivered outbox rows (dead-lettered ones included) of such an event type;
+- E053: pending or dead-lettered outbox rows of such an event type;
 - E054: active instances whose state no longer decodes with their version's state class,
   found in a sample of each version's most recently updated instances.
 
@@ -183,15 +183,14 @@ def _unknown_event_type_problems(using: str) -> Iterator[StoredRowProblem]:
     yield from _unknown_event_types(
         "bsft_saga.E053",
         messages.pending() | messages.dead_lettered(),
-        rows_are="undelivered outbox row",
-        rows_include=" (dead-lettered ones included)",
+        rows_are="pending or dead-lettered outbox row",
         example="outbox row",
         fails="when delivered or requeued",
     )
 
 
 def _unknown_event_types(
-    check_id: str, rows: Any, *, rows_are: str, example: str, fails: str, rows_include: str = ""
+    check_id: str, rows: Any, *, rows_are: str, example: str, fails: str
 ) -> Iterator[StoredRowProblem]:
     """One problem for each event type among ``rows`` that no class answers to."""
     known = known_event_types()
@@ -202,7 +201,7 @@ def _unknown_event_types(
         first = _first_pk(rows.filter(event_type=event_type))
         yield StoredRowProblem(
             check_id,
-            f"{_count(count, rows_are)}{rows_include} of event type {event_type!r}, which no "
+            f"{_count(count, rows_are)} of event type {event_type!r}, which no "
             f"@event name or alias knows; e.g. {example} {first}. Each fails with "
             f"UnknownEventType {fails}.",
             "If the event class was renamed, list the old name in its aliases: "

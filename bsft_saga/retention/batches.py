@@ -100,7 +100,7 @@ def id_page_size(batch_size: int, using: str = "default") -> int:
 def delete_instances(
     ids: Sequence[uuid.UUID],
     *,
-    timeouts: SagaTimeoutQuerySet,
+    timers: SagaTimeoutQuerySet,
     outbox: SagaOutboxQuerySet,
     batch_size: int,
     on_batch: OnBatch | None = None,
@@ -108,7 +108,7 @@ def delete_instances(
     """``delete_children``, then ``delete_childless``: the instances with what may go of theirs."""
     ids = list(ids)
     children = delete_children(
-        ids, timeouts=timeouts, outbox=outbox, batch_size=batch_size, on_batch=on_batch
+        ids, timers=timers, outbox=outbox, batch_size=batch_size, on_batch=on_batch
     )
     instances = delete_childless(ids)
     if on_batch is not None:
@@ -119,15 +119,15 @@ def delete_instances(
 def delete_children(
     ids: Sequence[uuid.UUID],
     *,
-    timeouts: SagaTimeoutQuerySet,
+    timers: SagaTimeoutQuerySet,
     outbox: SagaOutboxQuerySet,
     batch_size: int,
     on_batch: OnBatch | None = None,
 ) -> DeletedRows:
     """Delete these instances' inbox rows, kept events and journals, and those of their rows
-    in ``timeouts``/``outbox``.
+    in ``timers``/``outbox``.
 
-    ``timeouts`` and ``outbox`` say which of the instances' timer and outbox rows may go
+    ``timers`` and ``outbox`` say which of the instances' timer and outbox rows may go
     (a purge spares live ones, an erasure nothing).
     """
     ids = list(ids)
@@ -137,7 +137,7 @@ def delete_children(
 
     return DeletedRows(
         inbox=delete(SagaInboxEntry.objects.all()),
-        timeouts=delete(timeouts),
+        timeouts=delete(timers),
         outbox=delete(outbox),
         kept=delete(SagaKeptEvent.objects.all()),
         journal=delete(SagaJournalEntry.objects.all()),

@@ -58,7 +58,7 @@ def erase_saga_data(
     progress: Progress | None = None,
 ) -> EraseReport:
     """Delete every completed instance of ``saga_type`` for ``correlation_key``, with all
-    its inbox rows, timers, outbox rows and kept events, undelivered ones included, and the
+    its inbox rows, timers, outbox rows and kept events, pending ones included, and the
     events kept for the key before a saga of it started.
 
     With ``include_active`` the active instance of the key goes too: in one transaction it
@@ -124,7 +124,7 @@ def _erase_one(
         timer_store.cancel_all(pk, now=moment)
     children = delete_children(
         [pk],
-        timeouts=SagaTimeout.objects.all(),
+        timers=SagaTimeout.objects.all(),
         outbox=SagaOutboxMessage.objects.all(),
         batch_size=batch_size,
     )

@@ -63,7 +63,7 @@ def purge_saga_data(
     whatever instance they belong to; ``SagaAuditRecord`` rows older than
     ``audit_older_than``; the heartbeats of dispatchers that have not passed for a day
     (:mod:`~bsft_saga.retention.dispatchers`, measured from the clock). Never deleted:
-    active instances and their inbox rows, pending timers, undelivered outbox rows (a
+    active instances and their inbox rows, pending timers, pending outbox rows (a
     finished instance that still has one waits for the next purge), and with
     ``keep_dead_lettered`` every dead letter, the completed instance it belongs to and that
     instance's inbox rows.
@@ -106,8 +106,8 @@ def apply_policy(
     for ids in _pages(selection.finished_instances(policy), id_page_size(batch_size)):
         rows += delete_instances(
             ids,
-            timeouts=SagaTimeout.objects.exclude(selection.LIVE_TIMER),
-            outbox=SagaOutboxMessage.objects.exclude(selection.UNDELIVERED),
+            timers=SagaTimeout.objects.exclude(selection.LIVE_TIMER),
+            outbox=SagaOutboxMessage.objects.exclude(selection.PENDING_OUTBOX),
             batch_size=batch_size,
             on_batch=tally,
         )
@@ -175,7 +175,7 @@ def _count(policy: RetentionPolicy) -> PurgeReport:
             (of_instances & ~selection.LIVE_TIMER) | retired
         ).count(),
         outbox=SagaOutboxMessage.objects.filter(
-            (of_instances & ~selection.UNDELIVERED) | settled
+            (of_instances & ~selection.PENDING_OUTBOX) | settled
         ).count(),
         audit=selection.expired_audit_records(policy).count(),
         dispatchers=prune_dispatchers(dry_run=True),

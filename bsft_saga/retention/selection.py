@@ -1,8 +1,8 @@
 """Which rows a purge may delete, as querysets. Nothing here writes.
 
 The rule of every selection: nothing is deleted that is still live or still owed — an
-active instance or its inbox rows, a pending timer (``dispatched_at IS NULL``), an
-undelivered outbox row, or a dead letter the policy keeps, with the instance it belongs to.
+active instance or its inbox rows, a pending timer (``dispatched_at IS NULL``), a
+pending outbox row, or a dead letter the policy keeps, with the instance it belongs to.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from bsft_saga.retention.policy import RetentionPolicy
 LIVE_TIMER = Q(dispatched_at__isnull=True)
 
 #: Outbox rows that still owe their event to receivers: neither delivered nor dead-lettered.
-UNDELIVERED = Q(delivered_at__isnull=True, dead_lettered_at__isnull=True)
+PENDING_OUTBOX = Q(delivered_at__isnull=True, dead_lettered_at__isnull=True)
 
 
 def retired_timers(policy: RetentionPolicy) -> SagaTimeoutQuerySet:
@@ -49,7 +49,7 @@ def dead_outbox(policy: RetentionPolicy) -> SagaOutboxQuerySet:
 def finished_instances(policy: RetentionPolicy) -> SagaInstanceQuerySet:
     """Completed instances older than the cutoff that nothing live still needs.
 
-    Excluded: an instance with a live timer or an undelivered outbox row (it is purged
+    Excluded: an instance with a live timer or a pending outbox row (it is purged
     once they are settled), and, when the policy keeps dead letters, one with a
     dead-lettered timer or outbox row (its dead letters name it).
     """
@@ -57,7 +57,7 @@ def finished_instances(policy: RetentionPolicy) -> SagaInstanceQuerySet:
     rows = (
         SagaInstance.objects.filter(is_complete=True, completed_at__lt=policy.cutoff)
         .exclude(Exists(SagaTimeout.objects.filter(LIVE_TIMER, **of_instance)))
-        .exclude(Exists(SagaOutboxMessage.objects.filter(UNDELIVERED, **of_instance)))
+        .exclude(Exists(SagaOutboxMessage.objects.filter(PENDING_OUTBOX, **of_instance)))
     )
     if policy.keep_dead_lettered:
         rows = rows.exclude(

@@ -394,14 +394,14 @@ def test_detail_state_carries_uuids_and_datetimes_as_strings(reader: APIClient) 
     assert parse_datetime(state["now"]) == T0
 
 
-def test_detail_lists_the_instances_timeouts_by_field_name(reader: APIClient) -> None:
+def test_detail_lists_the_instances_timers_by_field_name(reader: APIClient) -> None:
     publish_at(T0, QuoteSent("q-1"))
     publish_at(T0, QuoteSent("q-2"))
     saga = instance(QuoteFlow, "q-1")
 
-    timeouts = reader.get(detail(saga.pk)).json()["timeouts"]
+    timers = reader.get(detail(saga.pk)).json()["timeouts"]
 
-    by_name = {row["name"]: row for row in timeouts}
+    by_name = {row["name"]: row for row in timers}
     assert set(by_name) == {"followup", "callback"}
     followup = by_name["followup"]
     assert set(followup) == set(TIMER_FIELDS)
@@ -412,14 +412,14 @@ def test_detail_lists_the_instances_timeouts_by_field_name(reader: APIClient) ->
     assert (followup["outcome"], followup["dispatched_at"]) == (None, None)
 
 
-def test_detail_keeps_timeouts_that_left_the_pending_set(reader: APIClient) -> None:
+def test_detail_keeps_timers_that_left_the_pending_set(reader: APIClient) -> None:
     publish_at(T0, QuoteSent("q-1"))
     publish_at(T0 + timedelta(hours=1), QuoteAccepted("q-1"))
 
-    timeouts = reader.get(detail(instance(QuoteFlow, "q-1").pk)).json()["timeouts"]
+    timers = reader.get(detail(instance(QuoteFlow, "q-1").pk)).json()["timeouts"]
 
-    assert sorted(row["name"] for row in timeouts) == ["callback", "followup"]
-    assert {row["outcome"] for row in timeouts} == {"canceled"}
+    assert sorted(row["name"] for row in timers) == ["callback", "followup"]
+    assert {row["outcome"] for row in timers} == {"canceled"}
 
 
 def test_detail_of_an_unknown_id_is_404(reader: APIClient) -> None:
@@ -718,7 +718,7 @@ def test_docs_response_examples_show_the_real_field_names(reader: APIClient, blo
     publish(InvoiceIssued("inv-1"))
     saga = instance(QuoteFlow, "q-1")
     page = reader.get(LIST).json()
-    timeouts = reader.get(detail(saga.pk)).json()["timeouts"]
+    timers = reader.get(detail(saga.pk)).json()["timeouts"]
     delayed = reader.get(detail(instance(InvoiceFlow, "inv-1").pk)).json()["delayed_messages"]
 
     if block == "list":
@@ -727,7 +727,7 @@ def test_docs_response_examples_show_the_real_field_names(reader: APIClient, blo
         assert set(documented["results"][0]) == set(page["results"][0])
     elif block == "timeout":
         documented = json.loads(_docs_example('"name": "followup"', "json"))
-        assert set(documented) == set(timeouts[0])
+        assert set(documented) == set(timers[0])
     else:
         documented = json.loads(_docs_example('"deliver_at": "2026', "json"))
         assert set(documented) == set(delayed[0])

@@ -236,7 +236,7 @@ def test_a_timer_the_engine_stored_whose_event_type_went_away_is_e052() -> None:
 
 
 @pytest.mark.django_db
-def test_undelivered_outbox_rows_of_an_unknown_event_type_are_e053() -> None:
+def test_pending_or_dead_lettered_outbox_rows_of_an_unknown_event_type_are_e053() -> None:
     now = clock.now()
     dead = outbox_row("tests.ops.renamed-away", dead_lettered_at=now)
     waiting = outbox_row("tests.ops.renamed-away")
@@ -247,7 +247,7 @@ def test_undelivered_outbox_rows_of_an_unknown_event_type_are_e053() -> None:
 
     assert error.id == "bsft_saga.E053"
     assert error.msg == (
-        "2 undelivered outbox rows (dead-lettered ones included) of event type "
+        "2 pending or dead-lettered outbox rows of event type "
         "'tests.ops.renamed-away', which no @event name or alias knows; e.g. outbox row "
         f"{min(str(dead.pk), str(waiting.pk))}. Each fails with UnknownEventType when "
         "delivered or requeued."

@@ -45,7 +45,7 @@ def customer() -> dict[str, Any]:
     for instance in (first, second):
         make_timer(instance, "remind", outcome=TimeoutOutcome.FIRED, dispatched_at=EARLIER)
         outbox_row(instance, created_at=EARLIER, delivered_at=EARLIER)
-    outbox_row(second, created_at=EARLIER)  # undelivered: erased all the same
+    outbox_row(second, created_at=EARLIER)  # pending: erased all the same
     make_timer(active, "remind", due_at=NOW + timedelta(days=1))
     outbox_row(active, created_at=NOW)
     others = [

@@ -98,16 +98,16 @@ def test_an_active_instance_and_its_inbox_rows_are_never_deleted() -> None:
     assert not exists(fired)
 
 
-def test_a_finished_instance_with_an_undelivered_outbox_row_waits_for_its_delivery() -> None:
+def test_a_finished_instance_with_a_pending_outbox_row_waits_for_its_delivery() -> None:
     done = saga("done", started_at=OLD, completed_at=OLD)
-    undelivered = outbox_row(done, created_at=OLD)
+    pending = outbox_row(done, created_at=OLD)
 
     assert purge() == PurgeReport()
     assert exists(done)
-    assert exists(undelivered)
+    assert exists(pending)
     assert inbox_of(done) == 1
 
-    SagaOutboxMessage.objects.filter(pk=undelivered.pk).update(delivered_at=OLD)
+    SagaOutboxMessage.objects.filter(pk=pending.pk).update(delivered_at=OLD)
     assert purge() == PurgeReport(instances=1, inbox=1, journal=1, outbox=1)
 
 
@@ -150,7 +150,7 @@ def test_settled_outbox_rows_go_whatever_instance_they_belong_to_or_none() -> No
         outbox_row(None, created_at=OLD, dead_lettered_at=OLD),
     ]
     kept = [
-        outbox_row(None, created_at=OLD),  # undelivered, however old
+        outbox_row(None, created_at=OLD),  # pending, however old
         outbox_row(None, created_at=RECENT, delivered_at=RECENT),
         outbox_row(None, created_at=OLD, dead_lettered_at=RECENT),
     ]

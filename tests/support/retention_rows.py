@@ -52,7 +52,7 @@ def outbox_row(
     delivered_at: datetime | None = None,
     dead_lettered_at: datetime | None = None,
 ) -> SagaOutboxMessage:
-    """An outbox row of ``saga`` (None: a ``publish(..., defer=True)`` row): undelivered
+    """An outbox row of ``saga`` (None: a ``publish(..., defer=True)`` row): pending
     unless delivered or dead-lettered at the given time."""
     return SagaOutboxMessage.objects.create(
         saga=saga,

@@ -22,7 +22,7 @@ class Command(BaseCommand):
     help = (
         "Erase saga data of one correlation key (an erasure request): every completed "
         "instance of SAGA_TYPE for KEY, with its inbox rows, timers and outbox rows, "
-        "undelivered ones included. The active instance too with --include-active (its "
+        "pending ones included. The active instance too with --include-active (its "
         "pending timers are canceled first). Each erased instance gets one audit record "
         "'saga.instance.erased'. The last line is instances=N."
     )

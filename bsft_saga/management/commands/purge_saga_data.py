@@ -26,7 +26,7 @@ class Command(BaseCommand):
         "instances with their inbox rows, timers and outbox rows; retired timers; delivered "
         "and dead-lettered outbox rows; audit records (with an audit window); heartbeats of "
         "dispatchers that have not passed for a day. Active "
-        "instances and their inbox rows, pending timers and undelivered outbox rows are "
+        "instances and their inbox rows, pending timers and pending outbox rows are "
         "never deleted. Each option defaults to BSFT_SAGA['RETENTION']. On a terminal a "
         "progress line shows the rows deleted so far, the rate and what remains. The last line is "
         "instances=N inbox=N journal=N timeouts=N outbox=N audit=N dispatchers=N."

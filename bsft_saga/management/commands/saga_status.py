@@ -19,7 +19,7 @@ class Command(BaseCommand):
     help = (
         "Print how many saga instances are active, how many timers are pending, due and "
         "dead-lettered, how many outbox rows wait or were dead-lettered, and lag_seconds: how "
-        "late the oldest due timer or undelivered outbox row is; then the dispatchers that "
+        "late the oldest due timer or due outbox row is; then the dispatchers that "
         "report in (drain_saga_timeouts --loop, Celery workers) and idle_seconds, how long ago "
         "the newest of them passed. With --max-lag SECONDS the command exits with status 1 "
         "when the lag is greater, with --max-idle SECONDS when idle_seconds is (or no "
