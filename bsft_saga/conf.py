@@ -393,8 +393,8 @@ def setting_of(section: str, key: str) -> str:
 def moved_keys(raw: Any) -> list[str]:
     """The ``DELIVERY`` keys ``raw`` still sets under ``TIMEOUTS`` (and not also in
     ``DELIVERY``, which is an error instead)."""
-    timeouts, delivery = _given(raw, TimerSettings.name), _given(raw, DeliverySettings.name)
-    return [key for key in MOVED_TO_DELIVERY if key in timeouts and key not in delivery]
+    timers, delivery = _given(raw, TimerSettings.name), _given(raw, DeliverySettings.name)
+    return [key for key in MOVED_TO_DELIVERY if key in timers and key not in delivery]
 
 
 def _given(raw: Any, section: str) -> Mapping[str, Any]:

@@ -17,7 +17,7 @@ instrument                                kind       counts / measures
 ``bsft.saga.outbox.dead_lettered``        counter    deferred/staged events given up likewise
 ``bsft.saga.event.ignored``               counter    events a flow knows but no instance took
 ``bsft.saga.step.duration``               histogram  wall time of one step, in seconds
-``bsft.saga.timeout.lag``                 gauge      seconds the oldest due timer or undelivered
+``bsft.saga.timeout.lag``                 gauge      seconds the oldest due timer or due
                                                      outbox row is late (``saga_status``)
 ``bsft.saga.timeout.due``                 gauge      pending timers that are due
 ``bsft.saga.dead_letters``                gauge      dead-lettered timers and outbox rows stored
@@ -126,7 +126,7 @@ GAUGES: Final[Mapping[str, tuple[str, str]]] = MappingProxyType(
     {
         "bsft.saga.timeout.lag": (
             "s",
-            "How late the oldest due timer or undelivered outbox row is; 0 when none is.",
+            "How late the oldest due timer or due outbox row is; 0 when none is.",
         ),
         "bsft.saga.timeout.due": ("{timer}", "Pending timers whose due time has passed."),
         "bsft.saga.dead_letters": (
