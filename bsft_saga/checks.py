@@ -109,27 +109,75 @@ def check_calendars(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage
 def check_partial_constraints(
     app_configs: Any = None, databases: Any = None, **kwargs: Any
 ) -> list[CheckMessage]:
-    """E003: the uniqueness bsft_saga relies on needs partial unique constraints."""
+    """E003: the uniqueness bsft_saga relies on (one active instance per key, one pending
+    timer per name) needs partial unique constraints, or on MariaDB and MySQL the unique
+    indexes over generated columns of ``bsft_saga.db.mysql``, and the claim of due rows
+    ``SKIP LOCKED`` there: without them concurrent events write duplicates."""
+    from bsft_saga.db import mysql
     from bsft_saga.models import SagaInstance
 
     errors: list[CheckMessage] = []
     for alias in databases or ():
         connection = connections[alias]
-        hosts_sagas = router.allow_migrate_model(alias, SagaInstance)
-        if hosts_sagas and not connection.features.supports_partial_indexes:
-            errors.append(
-                Error(
-                    f"The database backend {connection.display_name!r} cannot enforce a "
-                    "unique constraint with a condition: two active instances of one "
-                    "correlation key, or two pending timers of one name, could be written "
-                    "by concurrent events.",
-                    hint="Keep bsft_saga's tables on PostgreSQL (production) or SQLite "
-                    "(development); see docs/configuration.md.",
-                    obj=f"DATABASES[{alias!r}]",
-                    id="bsft_saga.E003",
-                )
+        if not router.allow_migrate_model(alias, SagaInstance):
+            continue
+        if connection.vendor == "mysql":
+            problem = mysql.unsupported_version(connection)
+        elif not connection.features.supports_partial_indexes:
+            problem = (
+                f"The database backend {connection.display_name!r} cannot enforce a unique "
+                "constraint with a condition"
             )
+        else:
+            continue
+        if problem is None:
+            continue
+        errors.append(
+            Error(
+                f"{problem}: two active instances of one correlation key, or two pending "
+                "timers of one name, could be written by concurrent events.",
+                hint="Keep bsft_saga's tables on PostgreSQL (recommended), MariaDB 10.6+ or "
+                "MySQL 8.0.1+, or SQLite (development); see docs/databases.md.",
+                obj=f"DATABASES[{alias!r}]",
+                id="bsft_saga.E003",
+            )
+        )
     return errors
+
+
+@register(Tags.database)
+def check_isolation_level(
+    app_configs: Any = None, databases: Any = None, **kwargs: Any
+) -> list[CheckMessage]:
+    """W004: on MariaDB and MySQL bsft_saga needs READ COMMITTED. Under REPEATABLE READ a
+    transaction reads the snapshot of its first read: a step's version check, a claim's
+    conditional update and the lookup of a key's active instance then compare against rows
+    another transaction already changed, and fail or retry where they should see the
+    newer row. (PostgreSQL's default is READ COMMITTED; SQLite serializes writers.)"""
+    from bsft_saga.db import mysql
+    from bsft_saga.models import SagaInstance
+
+    warnings: list[CheckMessage] = []
+    for alias in databases or ():
+        connection = connections[alias]
+        if connection.vendor != "mysql" or not router.allow_migrate_model(alias, SagaInstance):
+            continue
+        level = mysql.isolation_level(connection)
+        if level in mysql.SAFE_ISOLATION_LEVELS:
+            continue
+        warnings.append(
+            Warning(
+                f"DATABASES[{alias!r}]['OPTIONS']['isolation_level'] is {level!r}: "
+                "bsft_saga's version checks and claims need 'read committed' on "
+                f"{connection.display_name}.",
+                hint=f"Set DATABASES[{alias!r}]['OPTIONS']['isolation_level'] = "
+                "'read committed' (Django's default for MySQL), or leave it out; see "
+                "docs/databases.md.",
+                obj=f"DATABASES[{alias!r}]",
+                id="bsft_saga.W004",
+            )
+        )
+    return warnings
 
 
 @register(Tags.database)

@@ -18,6 +18,7 @@ from django.db.models.functions import Coalesce
 from django.utils.translation import gettext_lazy as _
 
 from bsft_saga import clock
+from bsft_saga.db.mysql import VendorModelChecks
 from bsft_saga.moments import format_moment
 from bsft_saga.querysets import (
     DeliveryStatus,
@@ -32,7 +33,7 @@ from bsft_saga.querysets import (
 )
 
 
-class SagaInstance(models.Model):
+class SagaInstance(VendorModelChecks, models.Model):
     """One running (or finished) instance of a flow, keyed by its correlation key."""
 
     id = models.UUIDField(_("id"), primary_key=True, default=uuid.uuid4, editable=False)
@@ -209,7 +210,7 @@ class DeliveryRow(models.Model):
         raise NotImplementedError
 
 
-class SagaKeptEvent(DeliveryRow):
+class SagaKeptEvent(VendorModelChecks, DeliveryRow):
     """An event that reached its saga before the step that awaits it (``keep_early=True``),
     or reached a key with no active saga yet (``saga`` null: kept for the saga that starts
     for ``saga_type`` and ``correlation_key`` within ``ENGINE.KEEP_EARLY_FOR``).
@@ -299,7 +300,7 @@ class SagaKeptEvent(DeliveryRow):
         return kept_status(self, now or clock.now())
 
 
-class SagaOutboxMessage(DeliveryRow):
+class SagaOutboxMessage(VendorModelChecks, DeliveryRow):
     """An event waiting to be published after the transaction that staged it committed.
 
     Written by a step's ``ctx.publish`` (``saga`` set) or ``publish(..., defer=True)``.
@@ -395,7 +396,7 @@ class TimeoutScope(models.TextChoices):
     SAGA = "saga", _("saga")
 
 
-class SagaTimeout(DeliveryRow):
+class SagaTimeout(VendorModelChecks, DeliveryRow):
     """A durable named timer of one saga instance.
 
     Pending while ``dispatched_at`` is null; ``(saga, name)`` is unique among pending rows.

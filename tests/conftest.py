@@ -26,6 +26,11 @@ def database_url_of(settings_dict: dict[str, Any]) -> str:
     """A DATABASE_URL for the database a test is using (the *test* database)."""
     if settings_dict["ENGINE"].endswith("sqlite3"):
         return f"sqlite:///{settings_dict['NAME']}"
+    if settings_dict["ENGINE"].endswith("mysql"):
+        user = settings_dict.get("USER") or "root"
+        host = settings_dict.get("HOST") or "127.0.0.1"
+        port = settings_dict.get("PORT") or 3306
+        return f"mysql://{user}@{host}:{port}/{settings_dict['NAME']}"
     user = settings_dict.get("USER") or "postgres"
     host = settings_dict.get("HOST") or "127.0.0.1"
     port = settings_dict.get("PORT") or 5432

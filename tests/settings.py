@@ -1,7 +1,7 @@
 """Minimal settings for bsft_saga's own test suite.
 
-``DATABASE_URL`` selects the backend (SQLite file by default, PostgreSQL in the second run
-of ``make test``). Subprocess tests inherit these settings through the environment.
+``DATABASE_URL`` selects the backend (SQLite file by default, PostgreSQL and MariaDB in the
+later runs of ``make test``). Subprocess tests inherit these settings through the environment.
 """
 
 from __future__ import annotations
@@ -77,6 +77,16 @@ elif DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
     DATABASES["default"]["TEST"] = {
         "NAME": os.environ.get("BSFT_SAGA_PG_TEST_NAME", f"test_bsft_saga_{_run}")
     }
+elif DATABASES["default"]["ENGINE"] == "django.db.backends.mysql":
+    # MariaDB or MySQL: utf8mb4 (every code point, not MySQL's three-byte "utf8") compared
+    # byte for byte, as PostgreSQL compares; READ COMMITTED, which bsft_saga needs
+    # (bsft_saga.W004), also written out because it is what a project must set.
+    DATABASES["default"]["TEST"] = {
+        "NAME": os.environ.get("BSFT_SAGA_MYSQL_TEST_NAME", f"test_bsft_saga_{_run}"),
+        "CHARSET": "utf8mb4",
+        "COLLATION": "utf8mb4_bin",
+    }
+    DATABASES["default"]["OPTIONS"] = {"charset": "utf8mb4", "isolation_level": "read committed"}
 
 BSFT_SAGA = {
     # Subprocess tests tune the dispatcher (e.g. a short CLAIM_LEASE) through the environment.

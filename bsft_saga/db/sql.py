@@ -26,7 +26,7 @@ from contextlib import nullcontext
 from functools import cache, lru_cache
 from typing import Any, TypeVar
 
-from django.db import DEFAULT_DB_ALIAS, connection, connections, models, transaction
+from django.db import DEFAULT_DB_ALIAS, IntegrityError, connection, connections, models, transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.models.base import ModelState
 from django.db.models.fields import Field
@@ -76,15 +76,40 @@ def insert_unless_present(model: type[models.Model], row: Mapping[str, Any]) -> 
     """INSERT ``row`` unless a row with its primary key (or another unique value of it)
     exists; return whether it was written.
 
-    One statement, ``INSERT ... ON CONFLICT DO NOTHING`` (PostgreSQL and SQLite, the
-    backends bsft_saga runs on): a row already there raises nothing, so the caller's
-    transaction goes on.
+    One statement, ``INSERT ... ON CONFLICT DO NOTHING`` on PostgreSQL and SQLite: a row
+    already there raises nothing, so the caller's transaction goes on. MariaDB and MySQL
+    have no such clause: there the plain INSERT's duplicate-key error is caught, and every
+    other error (a missing foreign row, a value too long) is raised as usual.
     """
     db = _db()
     ((sql, params),) = _insert_statements(model, [row], db)
+    if db.vendor == "mysql":
+        return _insert_unless_duplicate(db, sql, params)
     with db.cursor() as cursor:
         cursor.execute(f"{sql} ON CONFLICT DO NOTHING", params)
         return bool(cursor.rowcount)
+
+
+#: MariaDB's and MySQL's error code of a duplicate key (``ER_DUP_ENTRY``).
+_MYSQL_DUPLICATE_KEY = 1062
+
+
+def _insert_unless_duplicate(db: BaseDatabaseWrapper, sql: str, params: list[Any]) -> bool:
+    """MariaDB and MySQL: INSERT, and return ``False`` for a duplicate key.
+
+    Not ``INSERT IGNORE``, which turns every error into a warning (a truncated value, a
+    missing foreign row), and not ``ON DUPLICATE KEY UPDATE``, whose count of a row already
+    there is 1 under the ``CLIENT_FOUND_ROWS`` flag Django connects with. No savepoint is
+    needed: InnoDB rolls back the failed statement alone, and the transaction goes on.
+    """
+    try:
+        with db.cursor() as cursor:
+            cursor.execute(sql, params)
+    except IntegrityError as exc:
+        if exc.args and exc.args[0] == _MYSQL_DUPLICATE_KEY:
+            return False
+        raise
+    return True
 
 
 def _insert_statements(

@@ -207,7 +207,14 @@ class Migration(migrations.Migration):
                 'verbose_name': 'saga timeout',
                 'verbose_name_plural': 'saga timeouts',
                 'indexes': [models.Index(condition=models.Q(('dispatched_at__isnull', True)), fields=['due_at', 'id'], name='bsft_saga_timeout_due_idx'), models.Index(django.db.models.functions.comparison.Coalesce('next_attempt_at', 'due_at'), models.F('id'), condition=models.Q(('dispatched_at__isnull', True)), name='bsft_saga_timeout_ready_idx'), models.Index(condition=models.Q(('dispatched_at__isnull', False)), fields=['dispatched_at'], name='bsft_saga_timeout_retired_idx'), models.Index(condition=models.Q(('dead_lettered_at__isnull', False)), fields=['dead_lettered_at'], name='bsft_saga_timeout_dead_idx')],
-                'constraints': [models.UniqueConstraint(condition=models.Q(('dispatched_at__isnull', True)), fields=('saga', 'name'), name='bsft_saga_one_pending_timeout_name')],
             },
+        ),
+        # Added on its own, not in CreateModel's options: a table with a database default
+        # (ignore_deadline) has Django defer its constraints' SQL, and on MariaDB and MySQL,
+        # which create no conditional unique constraint, the deferred SQL of this one would
+        # be an empty statement; AddConstraint skips it. 0003 creates it there.
+        migrations.AddConstraint(
+            model_name='sagatimeout',
+            constraint=models.UniqueConstraint(condition=models.Q(('dispatched_at__isnull', True)), fields=('saga', 'name'), name='bsft_saga_one_pending_timeout_name'),
         ),
     ]

@@ -1,17 +1,13 @@
-"""The test settings with MariaDB (through PyMySQL) as the default database: for the check
-that refuses a backend without partial unique constraints
-(tests/processes/test_unsupported_databases.py).
+"""The test settings with a MariaDB database of the test's own as the default database
+(``BSFT_SAGA_MARIADB_NAME``): for ``check`` and ``migrate`` run in a fresh process on an
+empty database (tests/processes/test_unsupported_databases.py).
 """
 
+import json
 import os
 
-import pymysql
-
+from tests.settings import *  # noqa: F403
 from tests.support.services import MARIADB_HOST, MARIADB_PORT, MARIADB_USER
-
-pymysql.install_as_MySQLdb()
-
-from tests.settings import *  # noqa: E402,F403
 
 DATABASES = {
     "default": {
@@ -20,5 +16,6 @@ DATABASES = {
         "PORT": MARIADB_PORT,
         "USER": MARIADB_USER,
         "NAME": os.environ["BSFT_SAGA_MARIADB_NAME"],
+        "OPTIONS": json.loads(os.environ.get("BSFT_SAGA_MARIADB_OPTIONS_JSON", "{}")),
     }
 }

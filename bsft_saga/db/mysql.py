@@ -1,0 +1,116 @@
+"""What bsft_saga needs of MariaDB and MySQL, and how it holds its guarantees there.
+
+PostgreSQL and SQLite enforce "one active instance per key", "one pending timer per name"
+and "one kept event per key and message id" with partial unique indexes. MariaDB and
+MySQL have none, and Django does not create a unique constraint with a condition there.
+Migration ``0003_mysql_uniqueness`` creates the equivalent on them alone: a stored
+generated column that is 1 while the row is in the set the condition names and NULL
+otherwise, and a unique index, under the constraint's own name, over that flag and the
+constraint's columns. A unique index never compares NULLs, so rows outside the set never
+conflict, and rows inside it are unique: as strict as the partial index. The same
+migration compares every text column byte for byte and without padding (keys ``"A-1"``,
+``"a-1"`` and ``"a-1 "`` are three keys, as on PostgreSQL), whatever the database's
+default collation.
+
+The claim of due rows needs ``SELECT ... FOR UPDATE SKIP LOCKED``: MariaDB 10.6 and
+MySQL 8.0.1 are the first with it. The guarantees also need ``READ COMMITTED``: under
+``REPEATABLE READ`` (MariaDB's and MySQL's default) a transaction keeps reading the
+snapshot of its first read, so a step's version check and a claim's conditional update
+would compare against rows other transactions have already changed.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.core.checks import CheckMessage
+from django.db.backends.base.base import BaseDatabaseWrapper
+
+__all__ = [
+    "GENERATED_UNIQUE_CONSTRAINTS",
+    "MINIMUM_MARIADB",
+    "MINIMUM_MYSQL",
+    "VendorModelChecks",
+    "isolation_level",
+    "unsupported_version",
+]
+
+#: The first MariaDB with ``SELECT ... FOR UPDATE SKIP LOCKED``.
+MINIMUM_MARIADB = (10, 6)
+#: The first MySQL with ``SELECT ... FOR UPDATE SKIP LOCKED``.
+MINIMUM_MYSQL = (8, 0, 1)
+#: The conditional unique constraints that migration ``0003_mysql_uniqueness`` creates on
+#: MariaDB and MySQL as a unique index over a generated flag column.
+GENERATED_UNIQUE_CONSTRAINTS = frozenset(
+    {
+        "bsft_saga_one_active_instance_per_key",
+        "bsft_saga_one_pending_timeout_name",
+        "bsft_saga_kept_once_per_key",
+    }
+)
+#: The isolation levels under which bsft_saga's guarantees hold on MariaDB and MySQL.
+SAFE_ISOLATION_LEVELS = frozenset({"read committed"})
+
+
+def _version(numbers: tuple[int, ...]) -> str:
+    return ".".join(str(number) for number in numbers)
+
+
+def unsupported_version(connection: BaseDatabaseWrapper) -> str | None:
+    """Why the MariaDB or MySQL server of ``connection`` cannot hold bsft_saga's
+    guarantees (the version found and the version needed), or ``None`` if it can.
+
+    Asks the server for its version (one query, cached by Django on the connection).
+    """
+    server: Any = connection
+    found = tuple(server.mysql_version)
+    name = "MariaDB" if server.mysql_is_mariadb else "MySQL"
+    needed = MINIMUM_MARIADB if server.mysql_is_mariadb else MINIMUM_MYSQL
+    if found >= needed and connection.features.has_select_for_update_skip_locked:
+        return None
+    return (
+        f"{name} {_version(found)} has no SELECT ... FOR UPDATE SKIP LOCKED, which "
+        f"bsft_saga's claim of due rows needs: {name} {_version(needed)} or later is needed"
+    )
+
+
+def isolation_level(connection: BaseDatabaseWrapper) -> str:
+    """The transaction isolation level Django sets on the connection's sessions.
+
+    Django's MySQL backend reads ``OPTIONS["isolation_level"]`` and defaults to
+    ``"read committed"``; ``None`` there keeps the server's own default (REPEATABLE READ
+    unless the server is configured otherwise), reported here as ``"server default"``.
+    """
+    options = connection.settings_dict.get("OPTIONS") or {}
+    level = options.get("isolation_level", "read committed")
+    return "server default" if level is None else str(level).lower()
+
+
+class VendorModelChecks:
+    """Leaves out Django's model warnings that do not apply to bsft_saga on MySQL.
+
+    On MariaDB and MySQL Django warns that it creates no unique constraint with a
+    condition (``models.W036``), that it creates the conditional indexes over every row
+    (``models.W037``), and, on MariaDB, that it creates no index on an expression
+    (``models.W043``). The unique constraints are the ones migration
+    ``0003_mysql_uniqueness`` creates there (a warning for another one stays); the
+    indexes only serve speed, and a condition only makes them smaller. A project that
+    would otherwise have to silence these ids for every app keeps them for its own models.
+    """
+
+    @classmethod
+    def check(cls, **kwargs: Any) -> list[CheckMessage]:
+        from django.db import connections
+
+        messages: list[CheckMessage] = super().check(**kwargs)  # type: ignore[misc]
+        databases = kwargs.get("databases") or ()
+        if not any(connections[alias].vendor == "mysql" for alias in databases):
+            return messages
+        constraints = cls._meta.constraints  # type: ignore[attr-defined]
+        provided = all(
+            constraint.name in GENERATED_UNIQUE_CONSTRAINTS
+            for constraint in constraints
+            if getattr(constraint, "condition", None) is not None
+        )
+        dropped = {"models.W037", "models.W043"} | ({"models.W036"} if provided else set())
+        return [message for message in messages if message.id not in dropped]
