@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import time
 import uuid
 from dataclasses import asdict
 from typing import Any
@@ -17,7 +16,6 @@ from celery.signals import worker_init, worker_process_shutdown, worker_shutdown
 from django.core.checks import CheckMessage, Tags, register
 from django.core.checks import Warning as CheckWarning
 
-from bsft_saga.conf import saga_settings
 from bsft_saga.signals import deferred_event_committed
 
 logger = logging.getLogger(__name__)
@@ -32,20 +30,18 @@ DRAIN_TASK = "bsft_saga.tasks.drain_saga_timeouts"
 # holding claims leaves those rows; the drain delivers them once the lease has run out
 # (docs/celery.md, "When a worker dies"; tests/processes/test_celery_faults.py).
 
-# After a pass lost its database connection, wait this long before the next try.
-RECONNECT_PAUSE = 0.5
-
 
 @shared_task(
     name=DRAIN_TASK, bind=True, acks_late=True, reject_on_worker_lost=True, ignore_result=True
 )
 def drain_saga_timeouts(self: Task) -> dict[str, int]:
-    """Drain due timers and undelivered outbox rows, pass after pass, while there is work,
+    """Drain due timers and undelivered outbox rows, round after round, while there is work,
     for at most one ``POLL_INTERVAL`` (the next beat tick takes over from there).
 
-    A pass that loses its database connection (a failover) does not end the run: the
-    connection is replaced and the next pass first gives back what the lost one had
-    claimed, so those timers fire in this run once the database answers again.
+    A round that loses its database connection (a failover) does not end the run: the
+    connection is replaced and the next round first gives back what the lost one had
+    claimed, so those timers fire in this run once the database answers again
+    (``bsft_saga.draining.drain``, ``Until.POLL_INTERVAL``).
 
     The worker reports as a ``celery`` dispatcher, its pool children (prefork) on its row:
     its heartbeat shows in ``saga_status``, fresh while any of them passes. Called as a
@@ -53,36 +49,17 @@ def drain_saga_timeouts(self: Task) -> dict[str, int]:
     and reports nothing: the calling process would otherwise leave a heartbeat that goes
     stale as soon as it returns.
     """
-    from django.db import DatabaseError, close_old_connections
-
     from bsft_saga.delivery.heartbeat import reporting
-    from bsft_saga.draining import drain_pass
+    from bsft_saga.draining import Until, drain
     from bsft_saga.models import DispatcherKind
-    from bsft_saga.outbox import DeliveryReport
-    from bsft_saga.timeouts.dispatcher import DrainReport
 
-    budget = saga_settings.delivery.poll_interval.total_seconds()
-    started = time.monotonic()
-    total, deliveries = DrainReport(), DeliveryReport()
     in_a_worker = not (self.request.called_directly or self.request.is_eager)
     with reporting(DispatcherKind.CELERY) if in_a_worker else contextlib.nullcontext():
-        while True:
-            try:
-                report = drain_pass()
-            except DatabaseError:
-                logger.exception("bsft_saga drain: a pass lost its database connection")
-                close_old_connections()
-                if time.monotonic() - started + RECONNECT_PAUSE >= budget:
-                    break
-                time.sleep(RECONNECT_PAUSE)
-                continue
-            total += report.timers
-            deliveries += report.outbox
-            if not report.found_work or time.monotonic() - started >= budget:
-                break
-    if total.settled or total.failed:
-        logger.info("bsft_saga drain: %s delivered=%d", total, deliveries.delivered)
-    return {**asdict(total), "delivered": deliveries.delivered}
+        total = drain(Until.POLL_INTERVAL)
+    timers, delivered = total.timers, total.outbox.delivered
+    if timers.settled or timers.failed:
+        logger.info("bsft_saga drain: %s delivered=%d", timers, delivered)
+    return {**asdict(timers), "delivered": delivered}
 
 
 @shared_task(

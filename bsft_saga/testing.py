@@ -26,7 +26,7 @@ from django.db.models import Min
 from django.utils.module_loading import import_string
 
 from bsft_saga import clock
-from bsft_saga.draining import drain_pass
+from bsft_saga.draining import Until, drain, drain_round
 from bsft_saga.events import codec
 from bsft_saga.events.envelope import Envelope
 from bsft_saga.flows import activation
@@ -99,17 +99,13 @@ class SagaHarness:
         return envelope
 
     def drain_timeouts(self) -> int:
-        """Run dispatch passes until nothing is due; return how many timers stopped being due.
+        """Drain until a round finds nothing to do; return how many timers stopped being due.
 
-        A timer whose receivers fail waits for its retry back-off like in production: it is
-        tried again once ``advance_time`` has moved the clock past its ``next_attempt_at``.
+        The loop of the Celery task and the command (``bsft_saga.draining.drain``). A timer
+        whose receivers fail waits for its retry back-off like in production: it is tried
+        again once ``advance_time`` has moved the clock past its ``next_attempt_at``.
         """
-        settled = 0
-        while True:
-            report = drain_pass()
-            settled += report.timers.settled
-            if not report.found_work:
-                return settled
+        return drain(Until.EMPTY).timers.settled
 
     def advance_time(self, delta: timedelta) -> int:
         """Move the clock by ``delta``, firing each timer at its own due time, in order,
@@ -132,7 +128,7 @@ class SagaHarness:
                 break
             if next_ready > clock.now():
                 self._frozen.move_to(next_ready)
-            report = drain_pass()
+            report = drain_round()
             settled += report.timers.settled + self.drain_timeouts()
             failed = report.timers.failed or report.outbox.failed
             if next_ready <= clock.now() and not (report.found_work or failed):

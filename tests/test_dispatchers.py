@@ -32,7 +32,7 @@ from bsft_saga import clock, publish, tasks
 from bsft_saga.delivery import heartbeat
 from bsft_saga.delivery.heartbeat import Dispatcher, reporting, signed_off
 from bsft_saga.dispatchers import claimer_of
-from bsft_saga.draining import drain_pass
+from bsft_saga.draining import drain_round
 from bsft_saga.models import DispatcherKind, SagaDispatcher, SagaOutboxMessage, SagaTimeout
 from bsft_saga.retention import purge_saga_data
 from bsft_saga.status import saga_status
@@ -104,7 +104,7 @@ def test_a_pass_of_code_that_does_not_report_writes_no_heartbeat_and_its_claims_
 ):
     keys = _start_counters(2)
 
-    assert drain_pass().timers.fired == 2
+    assert drain_round().timers.fired == 2
 
     assert not SagaDispatcher.objects.exists()
     assert list(_wake_timers(keys).values_list("outcome", "claimed_by")) == [("fired", None)] * 2
@@ -125,7 +125,7 @@ def test_a_reporting_pass_writes_its_heartbeat_and_its_claims_name_the_dispatche
     moment = clock.now() + timedelta(seconds=5)
 
     with freeze_time(moment):
-        assert drain_pass().timers.fired == 3
+        assert drain_round().timers.fired == 3
 
     row = SagaDispatcher.objects.get()
     assert (row.id, row.kind, row.host, row.pid) == (
@@ -141,29 +141,29 @@ def test_a_reporting_pass_writes_its_heartbeat_and_its_claims_name_the_dispatche
 def test_an_idle_dispatcher_reports_at_most_once_a_second(
     loop: Dispatcher, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    drain_pass()  # nothing due: it reports all the same, that it polls
+    drain_round()  # nothing due: it reports all the same, that it polls
     first = SagaDispatcher.objects.get(pk=loop.id).last_pass_at
     assert first is not None
 
     # Timestamps move, real time does not: within REPORT_EVERY, idle passes write nothing.
     with freeze_time(first + timedelta(seconds=30)), CaptureQueriesContext(connection) as idle:
-        drain_pass()
+        drain_round()
     assert not [q for q in idle.captured_queries if DISPATCHER_TABLE in q["sql"]]
     assert SagaDispatcher.objects.get(pk=loop.id).last_pass_at == first
 
     monkeypatch.setattr(heartbeat, "REPORT_EVERY", 0.0)
     with freeze_time(first + timedelta(seconds=31)):
-        drain_pass()
+        drain_round()
     assert SagaDispatcher.objects.get(pk=loop.id).last_pass_at == first + timedelta(seconds=31)
 
 
 def test_a_dispatcher_whose_row_was_pruned_writes_it_again(loop: Dispatcher) -> None:
     _start_counters(1)
-    drain_pass()
+    drain_round()
     SagaDispatcher.objects.all().delete()
     _start_counters(2)
 
-    drain_pass()
+    drain_round()
 
     row = SagaDispatcher.objects.get(pk=loop.id)
     assert (row.delivered, row.claims, row.pid) == (2, 0, os.getpid())
@@ -267,7 +267,7 @@ def test_a_worker_reports_on_one_row_and_deletes_it_when_it_stops(
     worker = heartbeat.shared_with_forks(DispatcherKind.CELERY)
     _start_counters(2)
     with reporting(DispatcherKind.CELERY) as own:  # the solo pool: the worker runs the task
-        assert drain_pass().timers.fired == 2
+        assert drain_round().timers.fired == 2
     assert own is worker
 
     row = SagaDispatcher.objects.get()
@@ -291,7 +291,7 @@ def test_the_celery_drain_task_run_in_this_process_is_no_worker_and_reports_noth
 
 
 def test_a_dispatcher_signing_off_removes_its_row(loop: Dispatcher) -> None:
-    drain_pass()
+    drain_round()
     assert SagaDispatcher.objects.filter(pk=loop.id).exists()
 
     signed_off(DispatcherKind.LOOP)

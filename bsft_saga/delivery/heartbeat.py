@@ -4,7 +4,7 @@ A process that runs passes for a living — ``drain_saga_timeouts --loop``, a Ce
 running the drain task — runs them inside :func:`reporting`. Its passes then keep a
 ``SagaDispatcher`` row up to date (host, pid, kind, when it started, when it last passed,
 how many rows it delivered, how many it holds), and every row its claims take names it in
-``claimed_by``. Code that calls ``drain_due()`` or ``drain_pass()`` itself, and the test
+``claimed_by``. Code that calls ``drain_due()`` or ``drain_round()`` itself, and the test
 harness, report nothing and write no heartbeat: their claims name nobody.
 
 What a heartbeat costs, per pass and never per row, only while a process reports:

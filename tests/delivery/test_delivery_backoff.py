@@ -20,7 +20,7 @@ from freezegun.api import FrozenDateTimeFactory
 
 from bsft_saga import publish
 from bsft_saga.delivery.backoff import retry_delay
-from bsft_saga.draining import drain_pass
+from bsft_saga.draining import drain_round
 from bsft_saga.models import SagaOutboxMessage, SagaTimeout, TimeoutOutcome
 from bsft_saga.outbox import deliver_pending
 from bsft_saga.querysets import DeliveryStatus
@@ -110,7 +110,7 @@ def test_no_pass_tries_a_timer_before_its_next_attempt(
     clock.move_to(retry_at - timedelta(milliseconds=1))
 
     assert drain_due().failed == 0
-    assert drain_pass().timers.failed == 0
+    assert drain_round().timers.failed == 0
     drain_saga_timeouts()  # the Celery task, run in-process
     out = StringIO()
     call_command("drain_saga_timeouts", "--until-empty", stdout=out)
@@ -204,7 +204,7 @@ def test_a_failed_outbox_row_waits_for_its_retry_like_a_timer(
 
     clock.move_to(row.next_attempt_at - timedelta(milliseconds=1))
     assert deliver_pending().failed == 0
-    assert drain_pass().outbox.failed == 0
+    assert drain_round().outbox.failed == 0
     clock.move_to(row.next_attempt_at)
     assert deliver_pending().failed == 1
     assert SagaOutboxMessage.objects.get().attempts == 2

@@ -15,7 +15,7 @@ import pytest
 from freezegun.api import FrozenDateTimeFactory
 
 from bsft_saga import PublishDepthExceeded, publish
-from bsft_saga.draining import drain_pass
+from bsft_saga.draining import drain_round
 from bsft_saga.models import (
     SagaInboxEntry,
     SagaInstance,
@@ -40,7 +40,7 @@ def echo_saga() -> SagaInstance:
     return SagaInstance.objects.get(saga_type=EchoFlow.saga_type, correlation_key="k")
 
 
-def pending_rows() -> list[SagaOutboxMessage]:
+def undelivered() -> list[SagaOutboxMessage]:
     return list(SagaOutboxMessage.objects.filter(delivered_at=None))
 
 
@@ -64,7 +64,7 @@ def test_a_meanwhile_body_answering_its_own_event_is_stopped_at_the_limit(
     # the next Echo: the step is refused on reaching the saga LIMIT + 1 deliveries deep.
     assert saga.state["heard"] == LIMIT - 1
     assert_whole_windows_only(saga)
-    [refused] = pending_rows()
+    [refused] = undelivered()
     assert refused.event_type == "tests.loop.echo"
     assert not SagaInboxEntry.objects.filter(message_id=refused.pk).exists()
     assert (refused.attempts, refused.dead_lettered_at) == (1, None)
@@ -79,10 +79,10 @@ def test_the_drain_retries_the_refused_row_and_the_limit_holds_there_too(
 ) -> None:
     publish(EchoStarted("k"))
     publish(Echo("k", 1000))
-    [refused] = pending_rows()
+    [refused] = undelivered()
 
     clock.tick(timedelta(seconds=10))  # past the first back-off, before the kick timer
-    report = drain_pass()
+    report = drain_round()
 
     saga = echo_saga()
     # The drain delivers the row one level deep: LIMIT rounds, then the next row is refused.
@@ -90,7 +90,7 @@ def test_the_drain_retries_the_refused_row_and_the_limit_holds_there_too(
     assert_whole_windows_only(saga)
     refused.refresh_from_db()
     assert refused.delivered_at is not None
-    [again] = pending_rows()
+    [again] = undelivered()
     assert again.pk != refused.pk
     assert again.attempts == 1
     assert "PublishDepthExceeded" in again.last_error
@@ -103,14 +103,14 @@ def test_a_loop_a_timer_wakes_is_stopped_at_the_limit(
     publish(EchoStarted("k"))
     clock.tick(KICK_AFTER)
 
-    report = drain_pass()
+    report = drain_round()
 
     saga = echo_saga()
     assert report.timers.fired == 1
     assert SagaTimeout.objects.get(saga=saga, name="kick").outcome == "fired"
     assert saga.state["heard"] == LIMIT  # the timer's Echo one level deep, LIMIT - 1 more
     assert_whole_windows_only(saga)
-    [refused] = pending_rows()
+    [refused] = undelivered()
     assert "PublishDepthExceeded" in refused.last_error
 
 
@@ -146,7 +146,7 @@ def test_a_chain_as_deep_as_the_limit_runs_to_its_end(
     saga = echo_saga()
     assert saga.state["heard"] == LIMIT - 1
     assert_whole_windows_only(saga)
-    assert pending_rows() == []
+    assert undelivered() == []
 
 
 def test_with_the_default_limit_a_loop_ends_in_the_error_not_in_recursion(
@@ -160,5 +160,5 @@ def test_with_the_default_limit_a_loop_ends_in_the_error_not_in_recursion(
 
     saga = echo_saga()
     assert saga.state["heard"] == 16 - 1
-    [refused] = pending_rows()
+    [refused] = undelivered()
     assert "(16)" in refused.last_error

@@ -14,7 +14,7 @@ from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from bsft_saga import publish
-from bsft_saga.draining import drain_pass
+from bsft_saga.draining import drain_round
 from bsft_saga.engine import handler
 from bsft_saga.engine.termination import terminate
 from bsft_saga.models import SagaInboxEntry, SagaInstance, SagaKeptEvent, SagaOutboxMessage
@@ -127,7 +127,7 @@ def test_a_kept_event_left_behind_by_a_crash_is_applied_by_the_drain(
     assert saga("o-5").step_index == 2
     assert SagaKeptEvent.objects.count() == 1
 
-    drain_pass()
+    drain_round()
 
     assert saga("o-5").step_index == 3
     assert not SagaKeptEvent.objects.exists()
@@ -141,7 +141,7 @@ def test_a_step_reached_by_a_pass_applies_its_kept_events_after_the_pass_commits
     SagaOutboxMessage.objects.update(deliver_at=timezone.now() - timedelta(seconds=1))
     assert saga("o-6").step_index == 1
 
-    report = drain_pass()
+    report = drain_round()
 
     assert report.outbox.delivered == 1
     instance = saga("o-6")

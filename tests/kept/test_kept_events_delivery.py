@@ -23,7 +23,7 @@ from freezegun.api import FrozenDateTimeFactory
 from bsft_saga import publish
 from bsft_saga.conf import saga_settings, validate
 from bsft_saga.delivery.claim import ABANDONED
-from bsft_saga.draining import drain_pass
+from bsft_saga.draining import drain_round
 from bsft_saga.engine import handler
 from bsft_saga.models import (
     JournalKind,
@@ -108,7 +108,7 @@ def test_a_kept_item_waits_for_the_next_keeping_step_while_a_drain_passes() -> N
     publish(Item("c-2", n=1))
     publish(Gate("c-2"))
     publish(Item("c-2", n=2))  # awaited now: applied at once
-    drain_pass()
+    drain_round()
 
     assert chain("c-2").state["items"] == [1, 2]
     assert chain("c-2").is_complete
@@ -150,8 +150,8 @@ def test_a_failing_kept_event_backs_off_and_is_dead_lettered_then_requeued(
         publish(Item("r-1", n=7, fail=True))
         with caplog.at_level(logging.ERROR, logger="bsft_saga.engine.handler"):
             publish(Gate("r-1"))  # reaches the step: the kept item fails there
-            drain_pass()  # within the back-off: not tried again, nothing logged again
-            drain_pass()
+            drain_round()  # within the back-off: not tried again, nothing logged again
+            drain_round()
         row = SagaKeptEvent.objects.get()
         assert (row.attempts, chain("r-1").step_index) == (1, 2)
         assert row.next_attempt_at is not None
@@ -161,7 +161,7 @@ def test_a_failing_kept_event_backs_off_and_is_dead_lettered_then_requeued(
         assert row.status().value == "retrying"
 
         clock.tick(timedelta(seconds=10))
-        drain_pass()
+        drain_round()
         row.refresh_from_db()
         assert row.attempts == 2
         assert (
@@ -169,7 +169,7 @@ def test_a_failing_kept_event_backs_off_and_is_dead_lettered_then_requeued(
         )
 
         clock.tick(timedelta(seconds=20))
-        drain_pass()
+        drain_round()
         row.refresh_from_db()
         assert (row.attempts, row.dead_lettered_at) == (3, timezone.now())
         status = saga_status()
@@ -191,7 +191,7 @@ def test_a_failing_kept_event_backs_off_and_is_dead_lettered_then_requeued(
         assert "Requeued 1 dead-lettered kept event(s)." in out.getvalue()
         assert SagaAuditRecord.objects.filter(action="saga.kept.requeued").count() == 1
         assert SagaJournalEntry.objects.filter(kind=JournalKind.REQUEUED).count() == 1
-        drain_pass()
+        drain_round()
 
     saga = chain("r-1")
     assert saga.state["items"] == [7]
@@ -221,14 +221,14 @@ def test_a_kept_event_that_kills_every_process_applying_it_is_dead_lettered(
         for attempts in (1, 2):  # every process that applies it once its claim ran out
             clock.tick(lease)
             with pytest.raises(Killed):
-                drain_pass()
+                drain_round()
             first = SagaKeptEvent.objects.order_by("id").first()
             assert first is not None
             assert (first.attempts, first.last_error) == (attempts, ABANDONED)
 
         del kept_flows.ON_TAKE["k-1"]  # only the second item still to be applied is harmless
         clock.tick(lease)
-        drain_pass()  # the first is given up at the limit: the second goes
+        drain_round()  # the first is given up at the limit: the second goes
 
     [dead] = SagaKeptEvent.objects.all()
     assert (dead.attempts, dead.last_error, dead.dead_lettered_at) == (3, ABANDONED, T0 + 3 * lease)
@@ -294,7 +294,7 @@ def test_the_admin_lists_one_sagas_kept_events_and_requeues_them(failing: set[st
     assert "1 dead-lettered kept event was requeued" in done.content.decode()
     record = SagaAuditRecord.objects.get(action="saga.kept.requeued")
     assert (record.username, record.instance_id) == ("ops", row.saga_id)
-    drain_pass()
+    drain_round()
     assert chain("a-1").state["items"] == [3]
 
 
@@ -407,12 +407,12 @@ def test_an_event_kept_for_a_saga_that_never_starts_is_discarded_after_the_windo
 ) -> None:
     publish(PaymentReceived("INV-3"))
     clock.tick(timedelta(hours=23))
-    drain_pass()
+    drain_round()
     assert SagaKeptEvent.objects.count() == 1
 
     clock.tick(timedelta(hours=2))
     ignored.clear()
-    drain_pass()
+    drain_round()
 
     assert not SagaKeptEvent.objects.exists()
     assert ignored == [(InvoiceFlow.saga_type, "not_awaited")]
@@ -429,7 +429,7 @@ def test_a_saga_started_past_the_window_does_not_take_the_old_event(
         publish(InvoiceIssued("INV-4"))  # no drain ran in between
 
         assert invoice("INV-4").state["paid"] is False
-        drain_pass()
+        drain_round()
     assert not SagaKeptEvent.objects.exists()
 
 
@@ -439,7 +439,7 @@ def test_an_event_kept_while_its_saga_was_starting_is_handed_to_it_by_the_drain(
     publish(PaymentReceived("INV-6"))
     SagaKeptEvent.objects.update(correlation_key="INV-5")
 
-    drain_pass()
+    drain_round()
 
     assert invoice("INV-5").state["paid"] is True
     assert not SagaKeptEvent.objects.exists()

@@ -20,7 +20,7 @@ from django.db import OperationalError
 from django.test import override_settings
 
 from bsft_saga import clock, publish
-from bsft_saga.draining import PassReport
+from bsft_saga.draining import RoundReport
 from bsft_saga.flows.graph import render, render_dot, render_mermaid
 from bsft_saga.flows.registry import flow_registry
 from bsft_saga.management.commands.purge_saga_timeouts import parse_duration
@@ -168,22 +168,22 @@ def test_drain_modes_exclude_each_other() -> None:
 def test_drain_loop_outlives_a_failed_pass_and_restores_the_sigterm_handler(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from bsft_saga.management.commands import drain_saga_timeouts as command
+    from bsft_saga import draining
 
     passes: list[int] = []
 
     def database_blip_then_sigterm(
         *, batch_size: int | None = None, now: datetime | None = None
-    ) -> PassReport:
+    ) -> RoundReport:
         passes.append(1)
         if len(passes) == 1:
             raise OperationalError("server closed the connection unexpectedly")
         # The command's handler is installed, so this stops the loop, not the test run.
         assert signal.getsignal(signal.SIGTERM) not in (signal.SIG_DFL, signal.SIG_IGN, None)
         os.kill(os.getpid(), signal.SIGTERM)
-        return PassReport(timers=DrainReport(fired=2), outbox=DeliveryReport())
+        return RoundReport(timers=DrainReport(fired=2), outbox=DeliveryReport())
 
-    monkeypatch.setattr(command, "drain_pass", database_blip_then_sigterm)
+    monkeypatch.setattr(draining, "drain_round", database_blip_then_sigterm)
     handler_before = signal.getsignal(signal.SIGTERM)
     delivery = {**settings.BSFT_SAGA["DELIVERY"], "POLL_INTERVAL": 0.01}
 

@@ -37,7 +37,7 @@ from hypothesis.stateful import (
 )
 
 from bsft_saga import publish, telemetry
-from bsft_saga.draining import drain_pass
+from bsft_saga.draining import drain_round
 from bsft_saga.engine.termination import terminate
 from bsft_saga.flows import activation
 from bsft_saga.models import (
@@ -270,7 +270,7 @@ class ApiMachine(RuleBasedStateMachine):
 
     @rule()
     def drain(self) -> None:
-        while drain_pass().found_work:
+        while drain_round().found_work:
             pass
         self.model.drain()
         self.drained = True

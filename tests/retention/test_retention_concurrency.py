@@ -21,7 +21,7 @@ import pytest
 from django.db import connection
 
 from bsft_saga import publish, tasks
-from bsft_saga.draining import drain_pass
+from bsft_saga.draining import drain_round
 from bsft_saga.events import codec
 from bsft_saga.models import SagaInboxEntry, SagaInstance, SagaOutboxMessage, SagaTimeout
 from bsft_saga.retention import purge_saga_data
@@ -123,7 +123,7 @@ def test_a_purge_beside_a_dispatcher_and_publishers_deletes_nothing_live(
         try:
             while True:
                 finished = publishing_done.is_set()  # read before the pass that may be last
-                report = drain_pass(batch_size=5)
+                report = drain_round(batch_size=5)
                 if finished and not report.found_work:
                     break
         finally:
@@ -154,7 +154,7 @@ def test_a_purge_beside_a_dispatcher_and_publishers_deletes_nothing_live(
     keys = {f"p{number}-{i}" for number in range(PUBLISHERS) for i in range(KEYS_PER_PUBLISHER)}
     # Every timer fired: none was deleted pending, nor its saga while active.
     assert {event.key for event in fired.events} == keys
-    # Every deferred event was delivered: no outbox row was deleted before it was.
+    # Every deferred event was delivered: no outbox row was deleted undelivered.
     assert {envelope.message_id for envelope in delivered.envelopes} == set(deferred)
     assert not SagaTimeout.objects.pending().exists()
     assert not SagaOutboxMessage.objects.pending().exists()

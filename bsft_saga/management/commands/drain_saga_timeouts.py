@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import logging
 import signal
 import threading
 from datetime import datetime
@@ -11,17 +10,13 @@ from typing import Any
 
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.db import DatabaseError
 
 from bsft_saga import outbox
-from bsft_saga.conf import saga_settings
-from bsft_saga.db.connections import refresh_idle_connections
 from bsft_saga.delivery.heartbeat import reporting
-from bsft_saga.draining import drain_pass
+from bsft_saga.draining import RoundReport, Until, drain
 from bsft_saga.management import arguments
 from bsft_saga.models import DispatcherKind
-from bsft_saga.timeouts.dispatcher import DrainReport
-
-logger = logging.getLogger(__name__)
 
 
 class Command(BaseCommand):
@@ -77,58 +72,39 @@ class Command(BaseCommand):
         self.verbosity = int(options["verbosity"])
         self.batch_size = batch_size
         self.as_of = _as_of(options["as_of"], force=options["force"], loop=options["loop"])
-        self.total = DrainReport()
-        self.total_outbox = outbox.DeliveryReport()
+        self.total = RoundReport()
         self.stop_requested = threading.Event()
+        self.rounds = 0
         if options["loop"]:
             # A dispatcher process: its heartbeat shows in saga_status, and its row goes
             # when it stops cleanly (a stale one is then a process that died).
             with reporting(DispatcherKind.LOOP, sign_off=True):
                 self._loop()
-        elif options["until_empty"]:
-            self._until_empty()
         else:
-            self._pass(number=None)
+            self._drain(Until.EMPTY if options["until_empty"] else Until.ONE_ROUND)
         self._summarise()
 
-    # -- modes --------------------------------------------------------------------------------
-
-    def _until_empty(self) -> None:
-        number = 0
-        while True:
-            number += 1
-            if not self._pass(number=number):
-                return
+    def _drain(self, until: Until) -> None:
+        self.until = until
+        drain(
+            until,
+            batch_size=self.batch_size,
+            now=self.as_of,
+            stop=self.stop_requested,
+            on_round=self._report_round,
+        )
 
     def _loop(self) -> None:
-        poll = saga_settings.delivery.poll_interval.total_seconds()
         restore = self._install_sigterm_handler()
-        number = 0
         try:
-            while not self.stop_requested.is_set():
-                number += 1
-                # A long-lived process outlives connections (database restarts, failovers,
-                # CONN_MAX_AGE): replace a broken or expired one before each pass.
-                refresh_idle_connections()
-                try:
-                    worked = self._pass(number=number, quiet_if_idle=True)
-                except Exception as exc:
-                    # Rows are isolated inside a pass; this is the database or the network.
-                    # A dispatcher process must outlive that, so wait and try again.
-                    logger.exception("bsft_saga: drain pass %d failed", number)
-                    if self.verbosity >= 1:
-                        self.stderr.write(self.style.ERROR(f"pass {number} failed: {exc!r}"))
-                    worked = False
-                if not worked and not self.stop_requested.is_set():
-                    # Returns early when SIGTERM sets the event.
-                    self.stop_requested.wait(poll)
+            self._drain(Until.STOPPED)
         except KeyboardInterrupt:
             if self.verbosity >= 1:
                 self.stderr.write("Interrupted; stopping.")
         finally:
             restore()
         if self.verbosity >= 2:
-            self.stdout.write(f"stopped after {number} passes")
+            self.stdout.write(f"stopped after {self.rounds} passes")
 
     def _install_sigterm_handler(self) -> Any:
         def on_sigterm(signum: int, frame: FrameType | None) -> None:
@@ -140,39 +116,41 @@ class Command(BaseCommand):
             return lambda: None
         return lambda: signal.signal(signal.SIGTERM, previous)
 
-    # -- one pass -----------------------------------------------------------------------------
-
-    def _pass(self, *, number: int | None, quiet_if_idle: bool = False) -> bool:
-        """Run one pass; return whether it found any work."""
-        report = drain_pass(batch_size=self.batch_size, now=self.as_of)
-        self.total += report.timers
-        self.total_outbox += report.outbox
-        worked = report.found_work
-        if number is not None and self.verbosity >= (3 if quiet_if_idle and not worked else 2):
+    def _report_round(self, number: int, report: RoundReport | DatabaseError) -> None:
+        """Add up a round and print its lines (a round that found no work in ``--loop``
+        only at verbosity 3); one that lost the database connection on stderr."""
+        self.rounds = number
+        if isinstance(report, DatabaseError):
+            if self.verbosity >= 1:
+                self.stderr.write(self.style.ERROR(f"pass {number} failed: {report!r}"))
+            return
+        self.total += report
+        quiet = self.until is Until.STOPPED and not report.found_work
+        if self.until is not Until.ONE_ROUND and self.verbosity >= (3 if quiet else 2):
             self.stdout.write(f"pass {number}: {report.timers}")
             self.stdout.write(f"pass {number}: {_outbox_line(report.outbox)}")
-        return worked
 
     def _summarise(self) -> None:
+        timers, messages = self.total.timers, self.total.outbox
         if self.verbosity >= 2:
-            self.stdout.write(_outbox_line(self.total_outbox))
-        if self.verbosity >= 1 and self.total.dead_lettered:
+            self.stdout.write(_outbox_line(messages))
+        if self.verbosity >= 1 and timers.dead_lettered:
             self.stderr.write(
                 self.style.WARNING(
-                    f"{self.total.dead_lettered} timer(s) were dead-lettered; inspect them in "
+                    f"{timers.dead_lettered} timer(s) were dead-lettered; inspect them in "
                     "the admin (status: dead-lettered) and requeue with requeue_saga_timeouts."
                 )
             )
-        if self.verbosity >= 1 and self.total_outbox.dead_lettered:
+        if self.verbosity >= 1 and messages.dead_lettered:
             self.stderr.write(
                 self.style.WARNING(
-                    f"{self.total_outbox.dead_lettered} outbox message(s) were dead-lettered; "
+                    f"{messages.dead_lettered} outbox message(s) were dead-lettered; "
                     "requeue them with requeue_saga_outbox once the cause is fixed."
                 )
             )
         # Always printed, also at verbosity 0: it is the command's result, and scripts
         # read it as the last line.
-        self.stdout.write(self.style.SUCCESS(str(self.total)))
+        self.stdout.write(self.style.SUCCESS(str(timers)))
 
 
 def _as_of(value: str | None, *, force: bool, loop: bool) -> datetime | None:
