@@ -16,8 +16,8 @@ from opentelemetry.trace import SpanContext
 
 from bsft_saga import publish
 from bsft_saga.correlation import correlation_scope
-from bsft_saga.draining import drain_round
 from bsft_saga.models import SagaKeptEvent, SagaOutboxMessage, SagaTimeout
+from bsft_saga.outbox import deliver_pending
 from bsft_saga.telemetry import current_trace_context, trace_context_of
 from bsft_saga.timeouts import drain_due
 from tests.support import telemetry as telemetry_fixtures
@@ -243,7 +243,7 @@ def test_a_delayed_message_s_span_links_to_its_publisher(
     clock.tick(timedelta(days=2))
 
     with receiving(ProbeDue) as received, correlation_scope("the-dispatcher"):
-        drain_round()
+        deliver_pending()
 
     assert len(received) == 1
     [deliver] = spans("saga.deliver")

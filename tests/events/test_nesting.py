@@ -40,7 +40,7 @@ def echo_saga() -> SagaInstance:
     return SagaInstance.objects.get(saga_type=EchoFlow.saga_type, correlation_key="k")
 
 
-def undelivered() -> list[SagaOutboxMessage]:
+def pending_rows() -> list[SagaOutboxMessage]:
     return list(SagaOutboxMessage.objects.filter(delivered_at=None))
 
 
@@ -64,7 +64,7 @@ def test_a_meanwhile_body_answering_its_own_event_is_stopped_at_the_limit(
     # the next Echo: the step is refused on reaching the saga LIMIT + 1 deliveries deep.
     assert saga.state["heard"] == LIMIT - 1
     assert_whole_windows_only(saga)
-    [refused] = undelivered()
+    [refused] = pending_rows()
     assert refused.event_type == "tests.loop.echo"
     assert not SagaInboxEntry.objects.filter(message_id=refused.pk).exists()
     assert (refused.attempts, refused.dead_lettered_at) == (1, None)
@@ -79,7 +79,7 @@ def test_the_drain_retries_the_refused_row_and_the_limit_holds_there_too(
 ) -> None:
     publish(EchoStarted("k"))
     publish(Echo("k", 1000))
-    [refused] = undelivered()
+    [refused] = pending_rows()
 
     clock.tick(timedelta(seconds=10))  # past the first back-off, before the kick timer
     report = drain_round()
@@ -90,7 +90,7 @@ def test_the_drain_retries_the_refused_row_and_the_limit_holds_there_too(
     assert_whole_windows_only(saga)
     refused.refresh_from_db()
     assert refused.delivered_at is not None
-    [again] = undelivered()
+    [again] = pending_rows()
     assert again.pk != refused.pk
     assert again.attempts == 1
     assert "PublishDepthExceeded" in again.last_error
@@ -110,7 +110,7 @@ def test_a_loop_a_timer_wakes_is_stopped_at_the_limit(
     assert SagaTimeout.objects.get(saga=saga, name="kick").outcome == "fired"
     assert saga.state["heard"] == LIMIT  # the timer's Echo one level deep, LIMIT - 1 more
     assert_whole_windows_only(saga)
-    [refused] = undelivered()
+    [refused] = pending_rows()
     assert "PublishDepthExceeded" in refused.last_error
 
 
@@ -146,7 +146,7 @@ def test_a_chain_as_deep_as_the_limit_runs_to_its_end(
     saga = echo_saga()
     assert saga.state["heard"] == LIMIT - 1
     assert_whole_windows_only(saga)
-    assert undelivered() == []
+    assert pending_rows() == []
 
 
 def test_with_the_default_limit_a_loop_ends_in_the_error_not_in_recursion(
@@ -160,5 +160,5 @@ def test_with_the_default_limit_a_loop_ends_in_the_error_not_in_recursion(
 
     saga = echo_saga()
     assert saga.state["heard"] == 16 - 1
-    [refused] = undelivered()
+    [refused] = pending_rows()
     assert "(16)" in refused.last_error

@@ -154,7 +154,7 @@ def test_a_purge_beside_a_dispatcher_and_publishers_deletes_nothing_live(
     keys = {f"p{number}-{i}" for number in range(PUBLISHERS) for i in range(KEYS_PER_PUBLISHER)}
     # Every timer fired: none was deleted pending, nor its saga while active.
     assert {event.key for event in fired.events} == keys
-    # Every deferred event was delivered: no outbox row was deleted undelivered.
+    # Every deferred event was delivered: no outbox row was deleted before it was.
     assert {envelope.message_id for envelope in delivered.envelopes} == set(deferred)
     assert not SagaTimeout.objects.pending().exists()
     assert not SagaOutboxMessage.objects.pending().exists()
