@@ -279,3 +279,23 @@ def check_retention_window(app_configs: Any = None, **kwargs: Any) -> list[Check
             id="bsft_saga.W040",
         )
     ]
+
+
+@register(Tags.compatibility)
+def check_beat_schedule(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
+    """W002: a Celery app with a beat schedule that never runs the drain fires no timer, and
+    never sweeps the outbox rows whose delivery was lost."""
+    from bsft_saga.tasks import DRAIN_TASK, beat_schedule
+
+    schedule = beat_schedule()
+    if not schedule or any(entry.get("task") == DRAIN_TASK for entry in schedule.values()):
+        return []
+    return [
+        Warning(
+            f"The Celery beat schedule has no entry for {DRAIN_TASK!r}: no saga timer will fire.",
+            hint=f"Add {{'task': {DRAIN_TASK!r}, 'schedule': POLL_INTERVAL}} to beat_schedule, "
+            "or run `manage.py drain_saga_timeouts --loop`.",
+            obj="beat_schedule",
+            id="bsft_saga.W002",
+        )
+    ]

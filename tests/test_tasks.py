@@ -22,9 +22,10 @@ from freezegun import freeze_time
 from kombu.exceptions import OperationalError
 
 from bsft_saga import publish, tasks
+from bsft_saga.checks import check_beat_schedule
 from bsft_saga.correlation import correlation_scope
 from bsft_saga.models import SagaInstance, SagaOutboxMessage, SagaTimeout, TimeoutOutcome
-from bsft_saga.tasks import check_beat_schedule, deliver_event, drain_saga_timeouts
+from bsft_saga.tasks import deliver_event, drain_saga_timeouts
 from sample_project.celery import app as sample_celery_app
 from tests.testapp.events import TaskOpened
 from tests.testapp.timer_flows import TaskFlow

@@ -19,7 +19,8 @@ from celery import Celery
 from django.conf import settings
 from django.test import override_settings
 
-from bsft_saga.tasks import DRAIN_TASK, check_beat_schedule
+from bsft_saga.checks import check_beat_schedule
+from bsft_saga.tasks import DRAIN_TASK
 from sample_project.celery import DRAIN_ENTRY, schedule_drain
 from sample_project.celery import app as sample_celery_app
 
