@@ -309,7 +309,7 @@ def test_a_key_in_its_old_place_is_a_w003_naming_its_new_place() -> None:
 
 
 def test_the_w003_configuration_md_shows_is_what_check_prints() -> None:
-    docs = (Path(__file__).resolve().parents[2] / "docs" / "configuration.md").read_text()
+    docs = (Path(__file__).resolve().parents[1] / "docs" / "configuration.md").read_text()
     out = StringIO()
     with override_settings(BSFT_SAGA={"TIMEOUTS": {"BATCH_SIZE": 50}}):
         call_command("check", stdout=out, stderr=out)
