@@ -33,7 +33,7 @@ DRAIN_TASK = "bsft_saga.tasks.drain_saga_timeouts"
     name=DRAIN_TASK, bind=True, acks_late=True, reject_on_worker_lost=True, ignore_result=True
 )
 def drain_saga_timeouts(self: Task) -> dict[str, int]:
-    """Drain due timers and undelivered outbox rows, round after round, while there is work,
+    """Drain due timers and due outbox rows, round after round, while there is work,
     for at most one ``POLL_INTERVAL`` (the next beat tick takes over from there).
 
     A round that loses its database connection (a failover) does not end the run: the

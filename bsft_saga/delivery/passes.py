@@ -21,7 +21,7 @@ code runs, and a pass killed at any moment repeats the receivers of the rows of 
 group only. The claim also reads what the steps its rows wake would look up first (their
 sagas, whether they handled the row's message, whether ending their wait cancels a timer):
 a step takes that answer instead of a query while it is fresh (one commit interval, and
-only until the pass commits to its saga); one that went stale loses its version check.
+only until the pass commits to its saga); one that is outdated loses its version check.
 
 If the pass is running inside a caller's transaction (a test wrapped in one), its commits
 are savepoints of that transaction and each row's receivers run in a savepoint.
@@ -155,11 +155,11 @@ def deliver_claimed(
     After each commit, and past half the lease, the pass checks which of the rows still to
     come it holds (renewing their lease in the second case): those canceled, replaced or
     taken over meanwhile are ``unclaimed`` and never published. So a batch of slow
-    receivers keeps its rows, and a pass that stalled past its lease publishes nothing it
+    receivers keeps its rows, and a pass that hung past its lease publishes nothing it
     no longer holds.
     """
     delivery = _Pass(channel, token, saga_settings.delivery, guard or recovery.Guard())
-    delivery.stale = check_first
+    delivery.outdated = check_first
     delivery.known = dict(known or {})
     return delivery.run(rows)
 
@@ -193,7 +193,7 @@ class _Pass(Generic[R]):
         self.queue: deque[R] = deque()
         #: Whether a commit happened since the pass last checked which rows it still holds
         #: (the claim itself is such a check).
-        self.stale = False
+        self.outdated = False
         self.conflicts: dict[Any, int] = {}
         #: What the claim read of the rows' sagas (``deliver_claimed``), until it expires or
         #: the pass commits to the saga.
@@ -239,7 +239,7 @@ class _Pass(Generic[R]):
             if row.pk not in still:
                 self.queue.remove(row)
                 self._count(row, Outcome.UNCLAIMED)
-        self.stale = False
+        self.outdated = False
 
     def _deliver_queue(self) -> None:
         while self.queue:
@@ -247,7 +247,7 @@ class _Pass(Generic[R]):
             row = self.queue[0]
             if self.group.holds_saga(self.channel.saga_of(row)) or self._interval_over():
                 self._commit()
-            if self.group_started is None and (self.stale or clock.now() >= self.renew_at):
+            if self.group_started is None and (self.outdated or clock.now() >= self.renew_at):
                 self._refresh()
                 if not self.queue or self.queue[0] is not row:
                     continue
@@ -352,7 +352,7 @@ class _Pass(Generic[R]):
             # The row whose receivers were running is the suspect, else the one being written.
             self.guard.in_flight = in_flight or self.group.writing
             raise
-        self.stale = True
+        self.outdated = True
         for row, outcome in committed.outcomes:
             self._count(row, outcome)
         for row, reason in committed.failed:

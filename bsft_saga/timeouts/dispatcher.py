@@ -1,4 +1,4 @@
-"""``drain_due()``: one dispatch pass over due timers.
+"""``drain_due()``: one timer pass over due timers.
 
 A pass claims a batch of due timers (oldest first, at most ``BATCH_SIZE``; a timer waiting
 out its retry back-off is not due before ``next_attempt_at``), applies the catch-up policy,
@@ -69,7 +69,7 @@ class DrainReport:
 
 
 def drain_due(*, batch_size: int | None = None, now: datetime | None = None) -> DrainReport:
-    """Run one dispatch pass and report what it did.
+    """Run one timer pass and report what it did.
 
     Safe to run from many processes at once: concurrent passes claim disjoint rows. A
     failing timer is counted, logged and retried after its back-off (or dead-lettered); it

@@ -21,7 +21,7 @@ from bsft_saga.models import DispatcherKind
 
 class Command(BaseCommand):
     help = (
-        "Run dispatch passes over due saga timers, then deliver outbox rows whose delivery "
+        "Run timer passes over due saga timers, then deliver outbox rows whose delivery "
         "was lost. One pass by default; --until-empty repeats until a pass finds no work; "
         "--loop runs until SIGTERM or Ctrl-C, pausing POLL_INTERVAL after an idle pass. "
         "The output ends with the totals line "
