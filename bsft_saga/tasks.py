@@ -11,14 +11,18 @@ import uuid
 from dataclasses import asdict
 from typing import Any
 
-from celery import Task, current_app, shared_task
+from celery import Task, current_app, current_task, shared_task
 from celery.signals import worker_init, worker_process_shutdown, worker_shutdown
 
+from bsft_saga import telemetry
 from bsft_saga.signals import deferred_event_committed
 
 logger = logging.getLogger(__name__)
 
 DRAIN_TASK = "bsft_saga.tasks.drain_saga_timeouts"
+#: The prefix of the ``deliver_event`` message headers that carry the W3C trace context
+#: (``traceparent``, ``tracestate``) of the code whose commit enqueued it.
+TRACE_HEADER_PREFIX = "bsft_saga_"
 
 
 # Both tasks are acknowledged only once they ran (acks_late), and a worker process that is
@@ -67,15 +71,39 @@ def drain_saga_timeouts(self: Task) -> dict[str, int]:
     ignore_result=True,
 )
 def deliver_event(message_id: str) -> int:
-    """Deliver one outbox row (a ``publish(..., defer=True)`` event); returns 1 if published."""
+    """Deliver one outbox row (a ``publish(..., defer=True)`` event); returns 1 if published.
+
+    The delivery continues the trace whose commit enqueued it (the message's
+    ``bsft_saga_traceparent`` header), unless a Celery instrumentation already made the
+    task's own span current from the message.
+    """
     from bsft_saga import outbox
 
-    return outbox.deliver([uuid.UUID(message_id)]).delivered
+    with telemetry.continued(_carried(current_task.request if current_task else None)):
+        return outbox.deliver([uuid.UUID(message_id)]).delivered
+
+
+def _carried(request: Any) -> dict[str, str]:
+    # A worker sets a message's own headers on the request; an eager run keeps them apart.
+    if request is None:
+        return {}
+    headers = request.headers or {}
+    carried = {}
+    for key in ("traceparent", "tracestate"):
+        value = request.get(TRACE_HEADER_PREFIX + key) or headers.get(TRACE_HEADER_PREFIX + key)
+        if value:
+            carried[key] = value
+    return carried
 
 
 def _enqueue_delivery(sender: Any, *, message_id: uuid.UUID, **kwargs: Any) -> None:
     try:
-        deliver_event.delay(str(message_id))
+        trace_context = telemetry.current_trace_context()
+        if trace_context is None:
+            deliver_event.delay(str(message_id))
+        else:  # carried through the broker: the worker's delivery joins this trace
+            headers = {TRACE_HEADER_PREFIX + key: value for key, value in trace_context.items()}
+            deliver_event.apply_async((str(message_id),), headers=headers)
     except Exception:
         logger.exception("bsft_saga: could not enqueue delivery of %s; the drain will", message_id)
 

@@ -86,6 +86,7 @@ __all__ = [
     "METER_NAME",
     "STEP_DURATION",
     "TRACER_NAME",
+    "continued",
     "count",
     "count_ignored",
     "current_trace_context",
@@ -254,6 +255,26 @@ def current_trace_context() -> dict[str, str] | None:
     carrier: dict[str, str] = {}
     _W3C.inject(carrier)
     return carrier or None
+
+
+@contextmanager
+def continued(carried: object) -> Iterator[None]:
+    """Run the block in the trace context ``carried`` from another process (a dict as
+    :func:`current_trace_context` returns), as a task continues the trace that enqueued it.
+
+    Nothing changes when nothing traces, when ``carried`` names no span, or when a valid
+    span is current already (an instrumentation, such as Celery's, started the task's own
+    span from the message: it is the better parent).
+    """
+    span_context = trace_context_of(carried) if _tracing() else None
+    if span_context is None or trace.get_current_span().get_span_context().is_valid:
+        yield
+        return
+    token = otel_context.attach(trace.set_span_in_context(NonRecordingSpan(span_context)))
+    try:
+        yield
+    finally:
+        otel_context.detach(token)
 
 
 def trace_context_of(stored: object) -> SpanContext | None:

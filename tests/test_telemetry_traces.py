@@ -14,7 +14,7 @@ from opentelemetry import trace
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.trace import SpanContext
 
-from bsft_saga import publish
+from bsft_saga import publish, tasks
 from bsft_saga.correlation import correlation_scope
 from bsft_saga.models import SagaKeptEvent, SagaOutboxMessage, SagaTimeout
 from bsft_saga.outbox import deliver_pending
@@ -253,3 +253,73 @@ def test_a_delayed_message_s_span_links_to_its_publisher(
     assert deliver.attributes["saga.correlation_id"] == "order-43"
     assert deliver.attributes["saga.type"] == ""
     assert deliver.attributes["saga.event.type"] == received[0].event_type
+
+
+# --- deliver_event carries the trace through the broker ----------------------------------
+
+
+@pytest.fixture
+def enqueued(monkeypatch: pytest.MonkeyPatch) -> list[dict[str, Any]]:
+    """The ``deliver_event`` messages enqueued at commit, kept instead of sent."""
+    sent: list[dict[str, Any]] = []
+
+    def apply_async(args: tuple[str], headers: dict[str, Any] | None = None) -> None:
+        sent.append({"args": args, "headers": headers})
+
+    def delay(message_id: str) -> None:
+        sent.append({"args": (message_id,), "headers": None})
+
+    monkeypatch.setattr(tasks.deliver_event, "apply_async", apply_async)
+    monkeypatch.setattr(tasks.deliver_event, "delay", delay)
+    return sent
+
+
+@pytest.mark.django_db(transaction=True)
+def test_deliver_event_continues_the_trace_whose_commit_enqueued_it(
+    otel: Telemetry, spans: Any, enqueued: list[dict[str, Any]]
+) -> None:
+    with _request_span() as request:
+        publish(ProbeDue("trace-13", "deferred"), defer=True)
+    [message] = enqueued
+    stored = current_trace_context_of(request)
+    assert stored is not None
+    assert message["headers"] == {f"bsft_saga_{key}": value for key, value in stored.items()}
+
+    # What a worker does with the message: no span of its own is current there.
+    with receiving(ProbeDue) as received:
+        assert tasks.deliver_event.apply(message["args"], headers=message["headers"]).get() == 1
+
+    assert len(received) == 1
+    [deliver] = spans("saga.deliver")
+    assert deliver.parent is not None
+    assert deliver.parent.span_id == request.get_span_context().span_id
+
+
+@pytest.mark.django_db(transaction=True)
+def test_an_instrumented_task_s_own_span_stays_the_parent(
+    otel: Telemetry, spans: Any, enqueued: list[dict[str, Any]]
+) -> None:
+    with _request_span():
+        publish(ProbeDue("trace-14", "deferred"), defer=True)
+    [message] = enqueued
+
+    with trace.get_tracer("tests.task").start_as_current_span("run/deliver_event") as task:
+        tasks.deliver_event.apply(message["args"], headers=message["headers"])
+
+    [deliver] = spans("saga.deliver")
+    assert deliver.parent is not None
+    assert deliver.parent.span_id == task.get_span_context().span_id
+
+
+@pytest.mark.django_db(transaction=True)
+def test_without_a_current_span_the_message_carries_no_trace(
+    otel: Telemetry, enqueued: list[dict[str, Any]]
+) -> None:
+    publish(ProbeDue("trace-15", "deferred"), defer=True)
+
+    assert [message["headers"] for message in enqueued] == [None]
+
+
+def current_trace_context_of(span: Any) -> dict[str, str] | None:
+    with trace.use_span(span):
+        return current_trace_context()

@@ -49,7 +49,7 @@ from bsft_saga.models import (
     TimeoutOutcome,
 )
 from bsft_saga.tasks import DRAIN_TASK, deliver_event
-from tests.support.celery_workers import Worker, enqueuing_to, wait_for
+from tests.support.celery_workers import BROKERS, Worker, enqueuing_to, wait_for
 from tests.testapp.events import NudgeDue, TaskOpened
 from tests.testapp.timer_flows import TaskFlow
 from tests.workers.celery_crash.receivers import KILLED, SEEN
@@ -158,6 +158,7 @@ def _assert_nudged_once(saga: SagaInstance) -> None:
 
 
 @pytest.mark.timeout(120)
+@pytest.mark.parametrize("broker_url", BROKERS, indirect=True)
 def test_a_pool_child_killed_in_deliver_event_is_replaced_and_the_event_arrives_once(
     start_worker: Callable[..., Worker],
     start_beat: Callable[..., Worker],

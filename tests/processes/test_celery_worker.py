@@ -27,7 +27,7 @@ from bsft_saga.models import (
     SagaTimeout,
     TimeoutOutcome,
 )
-from tests.support.celery_workers import Worker, enqueuing_to, wait_for
+from tests.support.celery_workers import BROKERS, Worker, enqueuing_to, wait_for
 from tests.testapp.delayed_events import InvoiceIssued
 from tests.testapp.delayed_flows import InvoiceFlow
 from tests.testapp.events import TaskOpened
@@ -41,6 +41,7 @@ def _task_saga(task_id: str) -> SagaInstance:
 
 
 @pytest.mark.timeout(180)
+@pytest.mark.parametrize("broker_url", BROKERS, indirect=True)
 def test_worker_beat_fires_a_timer_two_poll_intervals_ahead_exactly_once(
     start_worker: Callable[..., Worker],
 ) -> None:

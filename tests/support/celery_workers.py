@@ -12,6 +12,11 @@ The processes and this one use the Redis of ``tests.support.services.redis_url()
 is given, so a database of its own for the worker would leave the test's messages behind.
 It is flushed before and after each test, so a message left behind by an aborted run never
 reaches the next worker; give concurrent runs different databases.
+
+A test parametrized with ``@pytest.mark.parametrize("broker_url", BROKERS, indirect=True)``
+runs against RabbitMQ too (``rabbitmq_url()``, guest/guest on 127.0.0.1:5672 by default):
+its ``celery`` queue is purged before and after, and a RabbitMQ that does not answer skips
+the test (fails it under ``CI=true``), as a missing Redis does.
 """
 
 from __future__ import annotations
@@ -27,14 +32,14 @@ import uuid
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager, suppress
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import pytest
 import redis
 from celery import Celery
 from celery.app import app_or_default
 
-from tests.support.services import redis_url, require_redis
+from tests.support.services import in_ci, redis_url, require_redis
 
 ROOT = Path(__file__).resolve().parents[2]
 READY_TIMEOUT = 60.0  # seconds for a process to connect and report that it runs
@@ -114,9 +119,30 @@ def wait_for(probe: Callable[[], T | None], worker: Worker, *, timeout: float = 
         time.sleep(0.1)
 
 
+#: The brokers a test parametrized indirectly on ``broker_url`` runs against.
+BROKERS = ("redis", "rabbitmq")
+DEFAULT_RABBITMQ_URL = "amqp://guest:guest@127.0.0.1:5672//"
+#: The queue bsft_saga's tasks are sent to (Celery's default).
+QUEUE = "celery"
+
+
+def rabbitmq_url() -> str:
+    """The RabbitMQ of the tests parametrized on it (``BSFT_SAGA_RABBITMQ_URL``)."""
+    return os.environ.get("BSFT_SAGA_RABBITMQ_URL", DEFAULT_RABBITMQ_URL)
+
+
 @pytest.fixture
-def broker_url() -> Iterator[str]:
-    """The broker of the workers and of ``enqueuing_to``, flushed: ``redis_url()``."""
+def broker_url(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
+    """The broker of the workers and of ``enqueuing_to``, emptied before and after:
+    ``redis_url()``, or ``rabbitmq_url()`` for a test parametrized with ``"rabbitmq"``."""
+    if getattr(request, "param", "redis") == "rabbitmq":
+        url = rabbitmq_url()
+        _purge_rabbitmq(url)
+        # The variable wins over the broker an app is given, in this process too.
+        monkeypatch.setenv("CELERY_BROKER_URL", url)
+        yield url
+        _purge_rabbitmq(url)
+        return
     require_redis()
     url = redis_url()
     client = redis.Redis.from_url(url)
@@ -126,6 +152,26 @@ def broker_url() -> Iterator[str]:
         client.flushdb()
     finally:
         client.close()
+
+
+def _purge_rabbitmq(url: str) -> None:
+    """Empty the task queue (none yet is fine); skip, or fail under ``CI=true``, when
+    RabbitMQ does not answer."""
+    from amqp.exceptions import NotFound
+    from kombu import Connection
+    from kombu.exceptions import OperationalError
+
+    try:
+        with Connection(url, connect_timeout=2) as connection:
+            connection.ensure_connection(max_retries=1)
+            channel: Any = connection.channel()  # an amqp channel: it has queue_purge
+            with suppress(NotFound):
+                channel.queue_purge(QUEUE)
+    except (OperationalError, OSError) as exc:
+        message = f"RabbitMQ not reachable at {url.split('@')[-1]}: {exc!r}"
+        if in_ci():
+            pytest.fail(f"{message}; CI requires it", pytrace=False)
+        pytest.skip(f"{message}; set CI=true to make this a failure")
 
 
 @pytest.fixture
