@@ -6,6 +6,8 @@
     sleeps ``--mail-ms`` (10) and appends a line to the file. With ``--await-leases``, it
     first waits (untimed) until no live claim is left: the one that takes over from a
     killed dispatcher.
+    With ``--traced``, an OpenTelemetry SDK tracer provider is installed first (a batch
+    processor handing every span to an exporter that drops it): what tracing costs a drain.
 ``python -m bench.child handwritten --ready-file F --go-file G``
     The hand-written loop of bench/baselines.py, until no reminder is due.
 ``python -m bench.child raw [--batch-size N] --ready-file F --go-file G``
@@ -64,6 +66,7 @@ def main() -> int:
     parser.add_argument("--mail-file", type=Path)
     parser.add_argument("--mail-ms", type=float, default=10.0)
     parser.add_argument("--await-leases", action="store_true")
+    parser.add_argument("--traced", action="store_true")
     args = parser.parse_args()
 
     import django
@@ -94,6 +97,8 @@ def dispatch(args: argparse.Namespace) -> dict[str, Any]:
     from bsft_saga.models import SagaTimeout
     from bsft_saga.timeouts.dispatcher import DrainReport, drain_due
 
+    if args.traced:
+        install_tracing()
     if args.mail_file:
         connect_mailer(args.mail_file, args.mail_ms / 1000)
     # The same warm-up for all: a connection, and the ORM's first query behind us.
@@ -140,6 +145,28 @@ def dispatch(args: argparse.Namespace) -> dict[str, Any]:
         "current_rss_kb_when_ready": rss_ready[1],
         "pid": os.getpid(),
     }
+
+
+def install_tracing() -> None:
+    """Install an SDK tracer provider whose spans are processed as an exporting one would
+    (batched, in its thread) and then dropped: the spans' cost, not an exporter's."""
+    from collections.abc import Sequence
+
+    from opentelemetry import trace
+    from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+    from opentelemetry.sdk.trace.export import (
+        BatchSpanProcessor,
+        SpanExporter,
+        SpanExportResult,
+    )
+
+    class Dropped(SpanExporter):
+        def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
+            return SpanExportResult.SUCCESS
+
+    provider = TracerProvider()
+    provider.add_span_processor(BatchSpanProcessor(Dropped()))
+    trace.set_tracer_provider(provider)
 
 
 def connect_mailer(path: Path, seconds: float) -> None:

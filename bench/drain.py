@@ -12,7 +12,7 @@ A run's time is from the go file to the last child's finish, as the children rep
 on the system-wide monotonic clock: Django's start-up, connecting and writing W are outside
 it. After every run the rows are checked (each saga woken exactly once) before the rate
 counts. The rounds run library 1p, hand-written 1p, raw 1p, library 2p, library 2p on W2,
-and again: each ratio is taken between neighbours of one round.
+library 1p traced, and again: each ratio is taken between neighbours of one round.
 
 **Two timers per saga**: W2 (bench/workloads.py) holds as many due timers as W, two per
 saga, fallen due at random instants of the last ten minutes, so that a saga's second timer
@@ -23,6 +23,12 @@ an inbox row, a stamp), so what it prices in is that contention. This is where t
 is measured: tests/processes/test_dispatch_contention.py runs the same kind of backlog with
 eight dispatchers and checks only what it must never get wrong (no deadlock, each timer's
 effect once).
+
+**Traced**: the library's 1-process drain of W again, with an OpenTelemetry SDK tracer
+provider installed in the dispatcher (spans batched and dropped, bench/child.py) and each
+timer carrying a stored trace context, as one scheduled under a traced request does: every
+timer then opens its ``saga.timeout`` span with a link and its step's ``saga.step``. The
+ratio is its rate over the untraced one of the same round; the untraced runs are as before.
 
 **SQLite**: the library's 1-process drain of W on a SQLite file (the embedded default), in
 a child, with nothing to interleave with: a figure without a target.
@@ -54,17 +60,22 @@ def drain_once(
     *,
     backlog: workloads.Backlog = workloads.REMINDERS,
     args: tuple[str, ...] = (),
+    traced: bool = False,
 ) -> dict[str, Any]:
     """Write ``backlog`` (W by default) with ``n`` due timers, drain it with ``processes``
     children of ``mode`` ("drain", "handwritten" or "raw", given ``args``); return the rate and
     what the children reported."""
     batch = ["--batch-size", str(config.batch_size)] if config.batch_size else []
     n = backlog.timers(n)
+    if traced:
+        args = (*args, "--traced")
     with Children(workdir, child_environment(config.database_url())) as children:
         # Started first, so that their start-up overlaps writing the rows.
         started = [children.spawn(f"{mode}-{i}", mode, *batch, *args) for i in range(processes)]
         database.reset_saga_tables()
         workloads.write(backlog, n)
+        if traced:
+            workloads.store_trace_context(backlog)
         database.vacuum_analyze()
         workloads.check_due(backlog, n)
         children.release(started)
@@ -85,12 +96,18 @@ def run(config: Config, workdir: Path) -> Measured:
         "raw_batch_1p": [],
         "library_2p": [],
         "library_2p_two_timers_per_saga": [],
+        "library_1p_traced": [],
     }
 
     def rate(
-        name: str, mode: str, processes: int, backlog: workloads.Backlog = workloads.REMINDERS
+        name: str,
+        mode: str,
+        processes: int,
+        backlog: workloads.Backlog = workloads.REMINDERS,
+        *,
+        traced: bool = False,
     ) -> float:
-        result = drain_once(config, workdir, mode, processes, n, backlog=backlog)
+        result = drain_once(config, workdir, mode, processes, n, backlog=backlog, traced=traced)
         runs[name].append(result)
         return float(result["timers_per_s"])
 
@@ -104,9 +121,12 @@ def run(config: Config, workdir: Path) -> Measured:
             "drain: 2 processes, 2 timers/saga": lambda: rate(
                 "library_2p_two_timers_per_saga", "drain", 2, workloads.NOTICES
             ),
+            "drain: drain_due(), 1 process, traced": lambda: rate(
+                "library_1p_traced", "drain", 1, traced=True
+            ),
         },
     )
-    library_1p, by_hand, raw, library_2p, two_timers = values.values()
+    library_1p, by_hand, raw, library_2p, two_timers, traced = values.values()
     database.reset_saga_tables()
     return Measured(
         rounds={
@@ -117,6 +137,7 @@ def run(config: Config, workdir: Path) -> Measured:
             "drain_ratio_vs_raw_batch": per_round_ratios(library_1p, raw),
             "drain_scaling_2p_vs_1p": per_round_ratios(library_2p, library_1p),
             "drain_ratio_two_timers_per_saga": per_round_ratios(two_timers, library_2p),
+            "drain_ratio_traced_vs_untraced": per_round_ratios(traced, library_1p),
         },
         detail={"timers_per_run": n, **runs},
     )

@@ -40,6 +40,7 @@ KEYS = (
     "drain_ratio_vs_raw_batch",
     "drain_scaling_2p_vs_1p",
     "drain_ratio_two_timers_per_saga",
+    "drain_ratio_traced_vs_untraced",
     "drain_timers_per_s_slow_receivers",
     "mails_sent_twice_after_kill",
     "poll_ms_10k",

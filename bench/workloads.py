@@ -110,6 +110,18 @@ def write(backlog: Backlog, timers: int, *, timer_due_at: str | None = None) -> 
     SagaInstance.objects.filter(pk=saga_id).delete()
 
 
+#: The stored trace context of a timer scheduled under a traced request (a sampled span).
+TRACE_CONTEXT = {"traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"}
+
+
+def store_trace_context(backlog: Backlog) -> None:
+    """Give every timer of ``backlog`` the trace context a traced request would have stored
+    (one statement, untimed)."""
+    SagaTimeout.objects.filter(saga__saga_type=backlog.flow.saga_type).update(
+        trace_context=TRACE_CONTEXT
+    )
+
+
 def write_anywhere(backlog: Backlog, timers: int) -> None:
     """``write()`` on any backend: the template's rows copied in Python, one per saga, with
     what ``clone_saga`` changes (ids, message ids, the key in every text and JSON column)."""
