@@ -4,15 +4,11 @@ were written in (docs/observability.md, "Logs that name their saga")."""
 from __future__ import annotations
 
 import logging
-import re
-import subprocess
-import sys
 import textwrap
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import timedelta
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -20,11 +16,12 @@ from freezegun.api import FrozenDateTimeFactory
 
 from bsft_saga import publish
 from bsft_saga.correlation import SagaInScope, correlation_scope, saga_scope
-from bsft_saga.logging import SagaContextFilter
 from bsft_saga.models import SagaInstance
 from bsft_saga.outbox import deliver_pending
 from bsft_saga.signals import event_published
 from bsft_saga.timeouts import drain_due
+from tests.support.examples import docs_examples, run_python
+from tests.support.logs import Collected
 from tests.support.receivers import receiving
 from tests.testapp.timer_events import ProbeDue, ProbePoked, ProbeStarted
 
@@ -33,20 +30,10 @@ Register = Callable[[Callable[[Any, Any], None]], str]
 log = logging.getLogger("tests.logging")
 
 
-class _Collect(logging.Handler):
-    def __init__(self) -> None:
-        super().__init__(logging.DEBUG)
-        self.records: list[logging.LogRecord] = []
-        self.addFilter(SagaContextFilter())
-
-    def emit(self, record: logging.LogRecord) -> None:
-        self.records.append(record)
-
-
 @contextmanager
 def collected() -> Iterator[list[logging.LogRecord]]:
     """The records of ``tests.logging`` inside the block, through the filter."""
-    handler = _Collect()
+    handler = Collected()
     log.addHandler(handler)
     log.setLevel(logging.DEBUG)
     try:
@@ -171,26 +158,6 @@ def test_a_delayed_message_s_receivers_log_under_its_publisher_s_id(
 
 # --- the LOGGING example in docs/observability.md ----------------------------------------
 
-_ROOT = Path(__file__).resolve().parents[1]
-
-
-def _docs_examples(*markers: str) -> str:
-    docs = (_ROOT / "docs" / "observability.md").read_text()
-    blocks = re.findall(r"```python\n(.*?)```", docs, re.S)
-    return "".join(next(b for b in blocks if marker in b) for marker in markers)
-
-
-def _run(script: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-W", "error", "-c", script],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-        cwd=_ROOT,
-    )
-
-
 _LOG_IN_A_SAGA = """
 import logging.config
 import uuid
@@ -205,7 +172,9 @@ with correlation_scope("order-7"), saga_scope(saga):
 
 
 def test_the_logging_example_prints_the_saga_of_each_record() -> None:
-    result = _run(_docs_examples("bsft_saga.logging.SagaContextFilter") + _LOG_IN_A_SAGA)
+    result = run_python(
+        docs_examples("observability.md", "bsft_saga.logging.SagaContextFilter") + _LOG_IN_A_SAGA
+    )
 
     assert result.returncode == 0, result.stderr
     assert "[order-7 orders o-7 00000000-0000-0000-0000-000000000007]" in result.stderr
@@ -214,7 +183,9 @@ def test_the_logging_example_prints_the_saga_of_each_record() -> None:
 
 def test_the_log_bridge_example_exports_the_saga_as_attributes() -> None:
     pytest.importorskip("opentelemetry.instrumentation.logging")
-    examples = _docs_examples("bsft_saga.logging.SagaContextFilter", "set_logger_provider(")
+    examples = docs_examples(
+        "observability.md", "bsft_saga.logging.SagaContextFilter", "set_logger_provider("
+    )
     script = (
         examples
         + textwrap.dedent(
@@ -238,7 +209,7 @@ def test_the_log_bridge_example_exports_the_saga_as_attributes() -> None:
             """
         )
     )
-    result = _run(script)
+    result = run_python(script)
 
     assert result.returncode == 0, result.stderr
     assert result.stdout.splitlines()[0] == (

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import re
 import subprocess
 import sys
 import textwrap
@@ -19,6 +18,7 @@ from bsft_saga import telemetry
 from bsft_saga.correlation import correlation_scope
 from bsft_saga.telemetry import COUNTERS, METER_NAME, TRACER_NAME, count, step_span, timer_span
 from tests.support import telemetry as telemetry_fixtures
+from tests.support.examples import ROOT, docs_examples, run_python
 from tests.support.telemetry import Telemetry
 
 
@@ -290,7 +290,7 @@ def test_without_a_tracer_provider_no_span_is_started() -> None:
         print(step is timer is trace.INVALID_SPAN)
         """
     )
-    result = _run_python(script)
+    result = run_python(script)
 
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "True"
@@ -298,26 +298,9 @@ def test_without_a_tracer_provider_no_span_is_started() -> None:
 
 # --- the examples in docs/observability.md --------------------------------------------
 
-_ROOT = Path(__file__).resolve().parents[1]
-
 
 def _docs_example(marker: str) -> str:
-    docs = (_ROOT / "docs" / "observability.md").read_text()
-    [example] = [
-        block for block in re.findall(r"```python\n(.*?)```", docs, re.S) if marker in block
-    ]
-    return example
-
-
-def _run_python(script: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-W", "error", "-c", script],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-        cwd=_ROOT,
-    )
+    return docs_examples("observability.md", marker)
 
 
 def test_without_a_tracer_provider_nothing_is_stored_with_a_row() -> None:
@@ -334,7 +317,7 @@ def test_without_a_tracer_provider_nothing_is_stored_with_a_row() -> None:
             print(telemetry.current_trace_context())
         """
     )
-    result = _run_python(script)
+    result = run_python(script)
 
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "None"
@@ -354,7 +337,7 @@ def test_the_sdk_setup_example_exports_bsft_saga_spans_and_metrics() -> None:
         """
     )
 
-    result = _run_python(script)
+    result = run_python(script)
 
     assert result.returncode == 0, result.stderr
     assert '"name": "saga.step"' in result.stdout
@@ -408,7 +391,7 @@ def test_the_testing_fixture_example_collects_counts_and_spans(tmp_path: Path) -
         timeout=120,
         check=False,
         cwd=tmp_path,
-        env={**os.environ, "PYTHONPATH": str(_ROOT)},
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
     )
 
     assert result.returncode == 0, result.stdout + result.stderr

@@ -22,11 +22,11 @@ from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.trace import SpanKind
 
 from bsft_saga import publish
-from bsft_saga.logging import SagaContextFilter
 from bsft_saga.models import SagaInstance
 from bsft_saga.signals import event_published
 from bsft_saga.timeouts import drain_due
 from tests.support import telemetry as telemetry_fixtures
+from tests.support.logs import Collected
 from tests.support.telemetry import Telemetry
 from tests.testapp.timer_events import ProbeDue, ProbePoked, ProbeStarted
 from tests.testapp.timer_flows import PROBE_ACTIONS
@@ -60,20 +60,10 @@ def place_order(request: HttpRequest) -> HttpResponse:
 urlpatterns = [path("orders/", place_order)]
 
 
-class _Collect(logging.Handler):
-    def __init__(self) -> None:
-        super().__init__(logging.DEBUG)
-        self.records: list[logging.LogRecord] = []
-        self.addFilter(SagaContextFilter())
-
-    def emit(self, record: logging.LogRecord) -> None:
-        self.records.append(record)
-
-
 @pytest.fixture
 def records() -> Iterator[list[logging.LogRecord]]:
     """Every record of the test's own loggers and of bsft_saga, at DEBUG."""
-    handler = _Collect()
+    handler = Collected()
     loggers = [logging.getLogger(name) for name in ("tests.journey", "bsft_saga")]
     levels = [logger.level for logger in loggers]
     for logger in loggers:
