@@ -4,7 +4,7 @@
 SHELL := /bin/bash
 .SHELLFLAGS := -eu -o pipefail -c
 .DEFAULT_GOAL := help
-# The SQLite and PostgreSQL runs share the Redis test database: never run them side by side.
+# The SQLite, PostgreSQL and MariaDB runs share the Redis test database: never run them side by side.
 .NOTPARALLEL:
 
 PYTHON ?= python3
@@ -13,11 +13,11 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 PYTEST_ARGS ?=
 
-# `make test` runs the SQLite and PostgreSQL suites under coverage.py (branch coverage of
-# bsft_saga and of the Python subprocesses the suite starts: [tool.coverage] in
-# pyproject.toml), then combines the two and fails below the floor (fail_under there).
-# COVERAGE=1 measures test-sqlite or test-postgres on their own too (then `make coverage`
-# reports); `make test COVERAGE=` runs without it. test-fast never measures.
+# `make test` runs the SQLite, PostgreSQL and MariaDB suites under coverage.py (branch
+# coverage of bsft_saga and of the Python subprocesses the suite starts: [tool.coverage] in
+# pyproject.toml), then combines them and fails below the floor (fail_under there).
+# COVERAGE=1 measures test-sqlite, test-postgres or test-mariadb on their own too (then
+# `make coverage` reports); `make test COVERAGE=` runs without it. test-fast never measures.
 COVERAGE ?=
 export COVERAGE_FILE := $(CURDIR)/.coverage
 PYTEST = $(if $(COVERAGE),$(VENV)/bin/coverage run -m pytest,$(VENV)/bin/pytest)
@@ -34,6 +34,14 @@ PGBOUNCER_TESTS := tests/processes/test_pgbouncer.py tests/processes/test_failov
 	tests/engine/test_engine_concurrency.py tests/delivery/test_abandoned_claims.py \
 	tests/processes/test_dispatch_contention.py tests/processes/test_killed_loop.py
 
+# MariaDB 10.6+ (or MySQL 8.0.1+): pytest-django creates and drops a per-run
+# `test_bsft_saga_<pid>` database (utf8mb4, READ COMMITTED: tests/settings.py); the
+# `bsft_saga` database of MARIADB_DATABASE_URL is only where Django connects first.
+MARIADB_HOST ?= 127.0.0.1
+MARIADB_PORT ?= 3306
+MARIADB_USER ?= root
+MARIADB_DATABASE_URL := mysql://$(MARIADB_USER)@$(MARIADB_HOST):$(MARIADB_PORT)/bsft_saga
+
 DEMO_DB := $(CURDIR)/sample_project/demo.sqlite3
 DEMO_DATABASE_URL := sqlite:///$(DEMO_DB)
 MANAGE := $(PY) manage.py
@@ -49,15 +57,30 @@ conn.close()
 endef
 export PG_CHECK
 
-.PHONY: help venv lint test test-fast test-sqlite test-postgres test-pgbouncer test-model coverage coverage-erase demo docs dist bench profile soak wheel clean distclean
+# Connects to MariaDB, makes sure the `bsft_saga` database exists and that the server's time
+# zone tables are loaded (Django's date lookups convert in the database; .ci/run loads them).
+define MARIADB_CHECK
+import sys, MySQLdb
+conn = MySQLdb.connect(host="$(MARIADB_HOST)", port=$(MARIADB_PORT), user="$(MARIADB_USER)", connect_timeout=3)
+cursor = conn.cursor()
+cursor.execute("CREATE DATABASE IF NOT EXISTS bsft_saga CHARACTER SET utf8mb4")
+cursor.execute("SELECT COUNT(*) FROM mysql.time_zone_name")
+if not cursor.fetchone()[0]:
+    sys.exit("MariaDB has no time zone tables: mariadb-tzinfo-to-sql /usr/share/zoneinfo | mariadb -u root mysql")
+conn.close()
+endef
+export MARIADB_CHECK
+
+.PHONY: help venv lint test test-fast test-sqlite test-postgres test-mariadb test-pgbouncer test-model coverage coverage-erase demo docs dist bench profile soak wheel clean distclean
 
 help:
 	@echo "make demo           set up .venv, run the sample project's sagas on SQLite end to end"
-	@echo "make test           set up .venv, lint, the docs build, the suite on SQLite and on PostgreSQL, coverage"
+	@echo "make test           set up .venv, lint, the docs build, the suite on SQLite, PostgreSQL and MariaDB, coverage"
 	@echo "make test-fast      ruff + mypy, the suite on SQLite without the tests marked slow (< 2 min)"
 	@echo "make lint           ruff check, ruff format --check, mypy"
 	@echo "make test-sqlite    the suite on SQLite   (PYTEST_ARGS='-k timers' to narrow)"
 	@echo "make test-postgres  the suite on PostgreSQL at $(PG_HOST):$(PG_PORT)"
+	@echo "make test-mariadb   the suite on MariaDB at $(MARIADB_HOST):$(MARIADB_PORT) (user $(MARIADB_USER))"
 	@echo "make test-pgbouncer the dispatcher tests through a PgBouncer (transaction mode) it starts"
 	@echo "make coverage       combine and report what COVERAGE=1 runs measured; fails below the floor"
 	@echo "make test-model     the model of the public API, much longer (MODEL_EXAMPLES=3000; DATABASE_URL=... for PostgreSQL)"
@@ -100,6 +123,20 @@ test-postgres: venv
 	    echo "SKIPPED: PostgreSQL run — not reachable at $(PG_HOST):$(PG_PORT) (user $(PG_USER)); start it and run 'make test-postgres'"; \
 	fi
 
+# Outside CI an unreachable MariaDB is reported and skipped; under CI=true it fails.
+test-mariadb: venv
+	@if $(PY) -c "$$MARIADB_CHECK"; then \
+	    echo "DATABASE_URL=$(MARIADB_DATABASE_URL) $(PYTEST) $(PYTEST_ARGS)"; \
+	    BSFT_SAGA_MARIADB_HOST=$(MARIADB_HOST) BSFT_SAGA_MARIADB_PORT=$(MARIADB_PORT) \
+	    BSFT_SAGA_MARIADB_USER=$(MARIADB_USER) DATABASE_URL=$(MARIADB_DATABASE_URL) \
+	        $(PYTEST) $(PYTEST_ARGS); \
+	elif [ "$${CI:-}" = "true" ]; then \
+	    echo "ERROR: MariaDB unreachable at $(MARIADB_HOST):$(MARIADB_PORT) (user $(MARIADB_USER)); CI requires it" >&2; \
+	    exit 1; \
+	else \
+	    echo "SKIPPED: MariaDB run — not reachable at $(MARIADB_HOST):$(MARIADB_PORT) (user $(MARIADB_USER)); start it and run 'make test-mariadb'"; \
+	fi
+
 # Starts its own PgBouncer (tests/support/pgbouncer.py) on a free port in front of PG_HOST:PG_PORT.
 # Outside CI a missing pgbouncer or PostgreSQL is reported and skipped; under CI=true it fails.
 test-pgbouncer: venv
@@ -119,7 +156,7 @@ test-pgbouncer: venv
 	echo "SKIPPED: PgBouncer run — $$reason; fix that and run 'make test-pgbouncer'"
 
 test: COVERAGE = 1
-test: venv lint docs coverage-erase test-sqlite test-postgres test-pgbouncer coverage
+test: venv lint docs coverage-erase test-sqlite test-postgres test-mariadb test-pgbouncer coverage
 
 # The data of the runs before is dropped first: a figure only counts this run's tests.
 coverage-erase: venv

@@ -30,16 +30,17 @@ ABANDONED = (
     "lease ran out); the process may have been killed while delivering it"
 )
 
-#: The version number a claim of a single row writes into its token (RFC 9562's version 8,
-#: left to implementations), where every other token is a random version 4 UUID.
-_ALONE_VERSION = 8
+#: The version number a claim of a single row writes into its token, where every other
+#: token is a random version 4 UUID: 0, which no generator writes. Not 8 (RFC 9562's
+#: version for implementations): MariaDB's UUID column refuses versions above 7.
+_ALONE_VERSION = 0
 _VERSION_BITS = 0xF << 76
 
 
 def alone(token: uuid.UUID) -> uuid.UUID:
     """The token a claim that takes a single row writes instead of ``token``.
 
-    The same bits, with the UUID version set to 8: a pass that later finds the claim run
+    The same bits, with the UUID version set to 0: a pass that later finds the claim run
     out can tell that this row was the only one its pass ran, so the row may be what
     stopped it, without any other write having said so.
     """

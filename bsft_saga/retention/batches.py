@@ -80,9 +80,12 @@ def delete_in_batches(
     if rows.query.is_empty():
         return 0  # e.g. dead letters a policy keeps: ``none()``
     deleted = 0
+    # MariaDB and MySQL take no LIMIT in an IN subquery: the ids are read first there.
+    sliced_subquery = connections[rows.db].features.allow_sliced_subqueries_with_in
     while True:
-        batch = rows.filter(pk__in=rows.order_by().values("pk")[:batch_size])
-        count = batch._raw_delete(batch.db)
+        chosen = rows.order_by().values_list("pk", flat=True)[:batch_size]
+        batch = rows.filter(pk__in=chosen if sliced_subquery else list(chosen))
+        count = batch._raw_delete(batch.db) or 0  # None: no id was left to choose
         deleted += count
         if on_batch is not None:
             on_batch(count)

@@ -95,7 +95,13 @@ def test_instances_on_a_version_no_installed_flow_declares_are_e050() -> None:
     with running_release(ParcelFlowV1):  # a rollback to the release of version 1
         [error] = database_errors()
 
-    first = min(str(parcel("p-2").pk), str(parcel("p-3").pk))
+    # The first in the database's order of ids (MariaDB orders its UUID type its own way).
+    first = (
+        SagaInstance.objects.filter(pk__in=[parcel("p-2").pk, parcel("p-3").pk])
+        .order_by("pk")
+        .values_list("pk", flat=True)
+        .first()
+    )
     assert error.id == "bsft_saga.E050"
     assert error.msg == (
         "2 active instances of 'tests.parcel' run on flow version 2, which no installed flow "

@@ -30,17 +30,19 @@ pytestmark = pytest.mark.django_db(transaction=True)
 #: Per fired timer, on PostgreSQL: nothing of its own. The woken step finds its instance in
 #: what the claim read (no query), and the group writes the advances of all its sagas with
 #: their inbox rows and journal entries in one statement, and all its stamps in another. On
-#: SQLite each timer's version-checked update, inbox row, journal entry and stamp. Neither
+#: SQLite each timer's version-checked update, inbox row, journal entry and stamp; on MariaDB
+#: and MySQL those and the timer's own claim UPDATE (the claim is one per row there). No
 #: backend needs a savepoint per timer (a group is written at once, and row by row only if a
 #: row must be undone), and ending the step's wait cancels nothing (the claim read that no
 #: step-scoped timer but the one firing is pending).
-STATEMENTS_PER_FIRED_TIMER = {"postgresql": 0, "sqlite": 4}
+STATEMENTS_PER_FIRED_TIMER = {"postgresql": 0, "sqlite": 4, "mysql": 5}
 #: Per pass: the claim's transaction (BEGIN, SELECT … FOR UPDATE SKIP LOCKED, the claimed
 #: timers' sagas with what their steps' lookups would read, the claim's UPDATE, COMMIT), the
 #: group's BEGIN and COMMIT, and on PostgreSQL its two statements. SQLite, which cannot lock
 #: rows, reads the ready rows before its transaction, then claims them with a conditional
-#: UPDATE and re-reads which it took (then their sagas).
-STATEMENTS_PER_PASS = {"postgresql": 9, "sqlite": 8}
+#: UPDATE and re-reads which it took (then their sagas). MariaDB and MySQL lock the ready
+#: rows, read their sagas, and claim each row in an UPDATE of its own (counted per timer).
+STATEMENTS_PER_PASS = {"postgresql": 9, "sqlite": 8, "mysql": 6}
 
 
 def _statements(queries: list[dict[str, Any]], prefix: str) -> int:
@@ -117,6 +119,7 @@ def test_two_timers_of_each_saga_due_together_cost_two_commit_groups_not_one_per
 NEW_INSTANCE_WRITES = {
     "postgresql": ["WITH"],
     "sqlite": ["BEGIN", "INSERT", "INSERT", "INSERT", "INSERT", "COMMIT"],
+    "mysql": ["BEGIN", "INSERT", "INSERT", "INSERT", "INSERT", "COMMIT"],
 }
 
 

@@ -32,7 +32,7 @@ from bsft_saga.tasks import _enqueue_delivery, deliver_event
 from bsft_saga.testing import SagaHarness
 from bsft_saga.timeouts import drain_due
 from tests.support.processes import Child, Supervisor, supervised
-from tests.support.services import require_postgres_backend
+from tests.support.services import require_postgres_backend, require_server_database
 from tests.testapp.dispatch_events import InvoicePaid, InvoiceReminderDue, InvoiceSent
 from tests.testapp.dispatch_flows import InvoiceFlow
 from tests.testapp.timer_events import ProbePoked, ProbeStarted
@@ -222,7 +222,7 @@ def _reminded() -> Counter[str]:
 def test_a_payment_right_after_a_slow_reminder_mail_is_applied(
     subprocess_env: dict[str, str], tmp_path: Path
 ) -> None:
-    require_postgres_backend()
+    require_server_database()
     keys = _invoices(20)
     log = tmp_path / "mails.log"
 
@@ -244,7 +244,7 @@ def test_a_payment_right_after_a_slow_reminder_mail_is_applied(
 def test_a_dispatcher_killed_mid_batch_resends_only_its_last_commit_group(
     subprocess_env: dict[str, str], tmp_path: Path
 ) -> None:
-    require_postgres_backend()
+    require_server_database()
     keys = _invoices(40)
     log = tmp_path / "mails.log"
     env = {**subprocess_env, "BSFT_SAGA_DELIVERY_JSON": json.dumps({"CLAIM_LEASE": 2})}

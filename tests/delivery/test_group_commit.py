@@ -108,8 +108,9 @@ def test_a_group_whose_write_fails_is_written_again_row_by_row() -> None:
     failed: list[str] = []
 
     def fail_the_first_stamp(execute: Any, sql: str, params: Any, many: bool, context: Any) -> Any:
+        quote = connection.ops.quote_name
         if not failed and sql.startswith(
-            f'UPDATE "{SagaTimeout._meta.db_table}" SET "dispatched_at"'
+            f"UPDATE {quote(SagaTimeout._meta.db_table)} SET {quote('dispatched_at')}"
         ):
             failed.append(sql)
             raise DatabaseError("the first stamp of the group fails")

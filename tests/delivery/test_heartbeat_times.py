@@ -162,6 +162,11 @@ def test_the_purge_removes_heartbeats_far_ahead_and_keeps_one_a_little_ahead() -
 def _store(model: type[Any], pk: Any, column: str, value: str = UNREADABLE) -> None:
     """Write ``value`` into ``column`` with raw SQL (PostgreSQL stores year 10000; SQLite
     stores any text)."""
+    if connection.vendor == "mysql":
+        pytest.skip(
+            "MariaDB and MySQL refuse a datetime after year 9999 or before year 1 when it is "
+            "written: no stored value can be unreadable there"
+        )
     key = pk.hex if connection.vendor == "sqlite" and isinstance(pk, uuid.UUID) else pk
     with connection.cursor() as cursor:
         cursor.execute(

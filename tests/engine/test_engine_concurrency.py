@@ -1,4 +1,4 @@
-"""Events for one instance are serialised: real threads, real connections, PostgreSQL.
+"""Events for one instance are serialised: real threads, real connections, a database server.
 
 Each thread publishes through its own database connection, so the engine's version-checked
 update and the partial unique constraint on active keys are what keeps the counts right.
@@ -15,7 +15,7 @@ from django.db import connection
 from bsft_saga import publish
 from bsft_saga.events import codec
 from bsft_saga.models import SagaInboxEntry, SagaInstance
-from tests.support.services import require_postgres_backend
+from tests.support.services import require_server_database
 from tests.testapp.events import Tick
 from tests.testapp.flows import CounterFlow, CounterState
 
@@ -50,7 +50,7 @@ def run_in_threads(work: Callable[[int], None]) -> None:
 # concurrent transaction advanced the same instance (the caller could not tell whether its
 # event was applied).
 def test_concurrent_events_for_one_instance_are_each_applied_exactly_once() -> None:
-    require_postgres_backend()
+    require_server_database()
     events = 400
 
     def work(number: int) -> None:
@@ -69,7 +69,7 @@ def test_concurrent_events_for_one_instance_are_each_applied_exactly_once() -> N
 
 
 def test_racing_start_events_create_exactly_one_instance() -> None:
-    require_postgres_backend()
+    require_server_database()
     barrier = threading.Barrier(THREADS)
 
     def work(number: int) -> None:

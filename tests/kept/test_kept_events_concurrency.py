@@ -1,5 +1,6 @@
 """A kept event and the event that reaches its step, published at once from two threads,
-each with its own connection (PostgreSQL): the kept event is applied exactly once, after."""
+each with its own connection (PostgreSQL or MariaDB): the kept event is applied exactly
+once, after."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from django.db import connection
 
 from bsft_saga import publish
 from bsft_saga.models import SagaInboxEntry, SagaInstance, SagaKeptEvent
-from tests.support.services import require_postgres_backend
+from tests.support.services import require_server_database
 from tests.testapp.branch_events import OrderAccepted, ParcelPacked, PaymentAuthorised
 from tests.testapp.branch_flows import FulfilmentFlow
 
@@ -46,7 +47,7 @@ def race(order_id: str) -> None:
 
 
 def test_a_kept_event_racing_the_event_that_reaches_its_step_is_applied_once_in_order() -> None:
-    require_postgres_backend()
+    require_server_database()
     for n in range(ROUNDS):
         order_id = f"race-{n}"
         publish(OrderAccepted(order_id))

@@ -32,7 +32,7 @@ from bsft_saga.models import (
     TimeoutOutcome,
 )
 from tests.support.processes import Supervisor, supervised
-from tests.support.services import require_postgres_backend
+from tests.support.services import require_server_database
 from tests.testapp.load_events import CountStarted, ReminderStarted
 from tests.testapp.load_flows import CountingFlow, ReminderFlow
 
@@ -243,9 +243,9 @@ def test_dispatcher_stopped_after_claiming_and_resumed_after_its_lease_changes_n
 def test_a_pass_stopped_inside_its_commit_holds_no_row_and_writes_nothing_once_resumed(
     children: Supervisor,
 ) -> None:
-    # PostgreSQL only: on SQLite the stopped commit holds the database-wide write lock, so no
-    # other dispatcher could write until it resumes.
-    require_postgres_backend()
+    # A database server only: on SQLite the stopped commit holds the database-wide write
+    # lock, so no other dispatcher could write until it resumes.
+    require_server_database()
     keys = _start_counters()
     stopped = children.spawn(DRAIN, "--fault", "stop-before-window", name="stopped")
     stopped.wait_until_stopped(timeout=60)

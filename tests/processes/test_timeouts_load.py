@@ -25,7 +25,7 @@ from bsft_saga.models import (
 )
 from bsft_saga.timeouts import drain_due
 from tests.support.processes import supervised
-from tests.support.services import require_postgres_backend
+from tests.support.services import require_server_database
 from tests.testapp.bulk import bulk_start_counters
 from tests.testapp.load_events import CountStarted, CountWake, SoakStarted
 from tests.testapp.load_flows import RACE_TIMER, CountingFlow, RaceFlow, SoakReminderFlow
@@ -90,7 +90,7 @@ def test_the_soak_flow_completes_when_its_reminder_fires() -> None:
 def test_four_dispatchers_fire_ten_thousand_due_timers_exactly_once(
     subprocess_env: dict[str, str], tmp_path: Path
 ) -> None:
-    require_postgres_backend()
+    require_server_database()
     keys = [f"load-{i:05d}" for i in range(BACKLOG)]
     bulk_start_counters(keys, timezone.now())
 
