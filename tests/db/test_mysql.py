@@ -4,7 +4,8 @@ indexes over generated columns of migration 0003 (``bsft_saga.db.mysql``). The r
 written directly, as a concurrent process without the engine's checks would write them.
 
 And what bsft_saga asks of a MariaDB or MySQL server: ``SKIP LOCKED`` (E003 names the
-version found and the one needed) and READ COMMITTED (W004).
+version found and the one needed) and READ COMMITTED (W004); and what every backend stores
+alike (four-byte characters, the longest key, JSON state, the edges of the datetime range).
 """
 
 from __future__ import annotations
@@ -16,11 +17,13 @@ from typing import Any
 import pytest
 from django.db import IntegrityError, connection, transaction
 
-from bsft_saga import checks
-from bsft_saga.db import mysql
+from bsft_saga import checks, publish
+from bsft_saga.db import datetimes, mysql
 from bsft_saga.models import SagaInstance, SagaKeptEvent, SagaOutboxMessage, SagaTimeout
 from tests.support.services import require_mysql_backend
 from tests.support.timer_fixtures import T0
+from tests.testapp.load_events import CountStarted
+from tests.testapp.load_flows import CountingFlow
 
 
 def _instance(key: str, *, complete: bool = False, saga_type: str = "orders") -> SagaInstance:
@@ -202,3 +205,60 @@ def test_the_models_raise_no_warning_about_what_migration_0003_provides_on_mysql
 
     assert not ids & {"models.W036", "models.W037", "models.W043"}
     assert mysql.unsupported_version(connection) is None
+
+
+# --- what MariaDB and MySQL store as PostgreSQL does ---------------------------------------
+# utf8mb4 and the binary collations of migration 0003; run on every backend.
+
+#: 200 characters of four bytes each (800 bytes): the longest key, within InnoDB's limit
+#: of 3,072 bytes per index with the saga type beside it.
+LONGEST_KEY = "\N{PILE OF POO}" * 199 + "x"
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_longest_key_of_four_byte_characters_starts_a_saga_and_reads_back_equal() -> None:
+    publish(CountStarted(LONGEST_KEY))
+
+    [saga] = SagaInstance.objects.filter(saga_type=CountingFlow.saga_type)
+    assert saga.correlation_key == LONGEST_KEY
+    assert SagaTimeout.objects.get(saga=saga).saga_id == saga.pk
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_key_longer_than_its_column_is_refused_at_publish_and_writes_nothing() -> None:
+    with pytest.raises(ValueError, match="is 201 characters long; a correlation key holds"):
+        publish(CountStarted("\N{PILE OF POO}" * 201))
+
+    assert not SagaInstance.objects.exists()
+    assert not SagaTimeout.objects.exists()
+
+
+@pytest.mark.django_db
+def test_state_reads_back_as_written() -> None:
+    state = {
+        "big": 2**63 - 1,
+        "ratio": 0.1,
+        "text": "Grüße \N{PILE OF POO} \u202e",
+        "nested": [{"": None, "true": True}, []],
+    }
+    saga = SagaInstance.objects.create(
+        saga_type="orders",
+        correlation_key="A-1",
+        state_type="tests.State",
+        state=state,
+        created_at=T0,
+        updated_at=T0,
+    )
+
+    assert SagaInstance.objects.get(pk=saga.pk).state == state
+
+
+@pytest.mark.django_db
+def test_the_first_and_the_last_storable_moments_read_back_to_the_microsecond() -> None:
+    saga = _instance("A-1")
+    SagaInstance.objects.filter(pk=saga.pk).update(
+        created_at=datetimes.EARLIEST, deadline=datetimes.LATEST
+    )
+
+    stored = SagaInstance.objects.get(pk=saga.pk)
+    assert (stored.created_at, stored.deadline) == (datetimes.EARLIEST, datetimes.LATEST)
