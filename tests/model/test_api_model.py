@@ -7,17 +7,21 @@ tests/testapp/model_flows.py, and does each of those to the plain model of
 tests/model/model.py too. After every step it checks that the two agree: no event applied
 twice, none lost (each is applied, kept, waiting as a delayed message, or counted ignored
 with its reason), no pending timer past its due time after a drain, and every saga's
-step, state, version, timers, kept events and journal as the model says.
+step, state, version, timers, kept events and journal as the model says. The rows written
+for later keep the trace that wrote them: every timer its step's, a delayed message its
+publisher's when that ran under a span (half of them do, by message id), none otherwise.
 
 ``HYPOTHESIS_PROFILE=model-long`` (``make test-model``) runs it much longer.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import uuid
 from collections import Counter
+from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -35,6 +39,7 @@ from hypothesis.stateful import (
     rule,
     run_state_machine_as_test,
 )
+from opentelemetry import trace
 
 from bsft_saga import publish, telemetry
 from bsft_saga.draining import drain_round
@@ -48,7 +53,7 @@ from bsft_saga.models import (
     SagaOutboxMessage,
     SagaTimeout,
 )
-from bsft_saga.telemetry import IGNORED_REASONS
+from bsft_saga.telemetry import IGNORED_REASONS, trace_context_of
 from bsft_saga.timeouts.edits import cancel_timers, reschedule_timer
 from bsft_saga.timeouts.expedite import fire_now
 from bsft_saga.timeouts.maintenance import requeue_dead_lettered
@@ -180,6 +185,7 @@ class ApiMachine(RuleBasedStateMachine):
         self.level = self.quiet.level
         self.quiet.setLevel(logging.CRITICAL)
         self.outboxed: set[uuid.UUID] = set()  # message ids written to the outbox
+        self.traced: dict[uuid.UUID, bool] = {}  # each one's publisher ran under a span
 
     def teardown(self) -> None:
         telemetry.count_ignored = self.ignored.real
@@ -240,6 +246,10 @@ class ApiMachine(RuleBasedStateMachine):
         self._send(sent, when, later)
 
     def _send(self, sent: Sent, when: str, later: timedelta) -> None:
+        with _publisher_span(sent):
+            self._send_now(sent, when, later)
+
+    def _send_now(self, sent: Sent, when: str, later: timedelta) -> None:
         event = EVENTS[sent.kind](sent)
         if when != "now":
             if sent.message_id in self.outboxed:
@@ -250,6 +260,7 @@ class ApiMachine(RuleBasedStateMachine):
                     publish(event, message_id=sent.message_id, delay=later)
                     return
             self.outboxed.add(sent.message_id)
+            self.traced[sent.message_id] = _traced(sent)
         if when == "now":
             publish(event, message_id=sent.message_id)
             self.model.deliver(sent)
@@ -365,6 +376,7 @@ class ApiMachine(RuleBasedStateMachine):
         self.timers_are_where_the_model_says()
         self.nothing_is_due_after_a_drain()
         self.no_event_is_lost()
+        self.rows_written_for_later_keep_the_trace_that_wrote_them()
 
     def ignored_events_are_counted_with_their_reason(self) -> None:
         assert +self.ignored.counted == +self.model.ignored
@@ -473,6 +485,17 @@ class ApiMachine(RuleBasedStateMachine):
         waiting = SagaOutboxMessage.objects.pending().count()
         assert waiting == len(self.model.delayed), "delayed messages"
 
+    def rows_written_for_later_keep_the_trace_that_wrote_them(self) -> None:
+        """Every timer names its step's span (a step always runs under one here); a delayed
+        message its publisher's span if it had one, and nothing if not."""
+        timers = SagaTimeout.objects.values_list("trace_context", flat=True)
+        assert all(trace_context_of(stored) is not None for stored in timers), "timer traces"
+        delayed = SagaOutboxMessage.objects.filter(saga__isnull=True, pk__in=self.traced)
+        for message_id, stored in delayed.values_list("id", "trace_context"):
+            assert (trace_context_of(stored) is not None) == self.traced[message_id], (
+                f"the trace of delayed message {message_id}"
+            )
+
     def no_event_is_lost(self) -> None:
         """Each published message id is in an inbox, kept, waiting to be delivered, or was
         counted ignored (the counter's check above says with which reason)."""
@@ -483,6 +506,20 @@ class ApiMachine(RuleBasedStateMachine):
         missing = [s for s in self.model.sent if s.message_id not in accounted]
         if missing:
             assert sum(self.model.ignored.values()) >= len(missing), missing
+
+
+def _traced(sent: Sent) -> bool:
+    """Whether ``sent`` is published under a span (a request's, say): half of them are."""
+    return sent.message_id.int % 2 == 0
+
+
+@contextlib.contextmanager
+def _publisher_span(sent: Sent) -> Iterator[None]:
+    if not _traced(sent):
+        yield
+        return
+    with trace.get_tracer("tests.model").start_as_current_span("publisher"):
+        yield
 
 
 #: How many examples ran, and which one first disagreed with the model (0: none).
