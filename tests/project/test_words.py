@@ -149,47 +149,6 @@ LINES = {
     ),
 }
 
-#: Spots another change is rewriting right now, allowed until it lands: (file, the line).
-PENDING = {
-    # fates: pending — drain_saga_timeouts' help: "Run timer passes over due saga timers, …".
-    (
-        "bsft_saga/management/commands/drain_saga_timeouts.py",
-        '"Run dispatch passes over due saga timers, then deliver outbox rows whose delivery "',
-    ),
-    # fates: pending — "Drain due timers and due outbox rows, round after round, …".
-    (
-        "bsft_saga/tasks.py",
-        '"""Drain due timers and undelivered outbox rows, round after round, while there is work,',
-    ),
-    (
-        "bsft_saga/tasks.py",
-        '"""Drain due timers and undelivered outbox rows, pass after pass, while there is work,',
-    ),
-    # fates: pending — SagaHarness.drain_timeouts: "Run drains until nothing is due; …".
-    (
-        "bsft_saga/testing.py",
-        '"""Run dispatch passes until nothing is due; return how many timers stopped being due.',
-    ),
-    # fates: pending — "one timer pass over due timers", "Run one timer pass".
-    ("bsft_saga/timeouts/dispatcher.py", '"""``drain_due()``: one dispatch pass over due timers.'),
-    ("bsft_saga/timeouts/dispatcher.py", '"""Run one dispatch pass and report what it did.'),
-    # fates: pending — "the operator actions on timers `cancel_timers`, …".
-    (
-        "docs/architecture.md",
-        "`terminate()`; and the timer levers `cancel_timers`, `reschedule_timer`, `fire_now` and",
-    ),
-    # fates: pending — the reference documents bsft_saga.timeouts.edits.*; then delete
-    # bsft_saga/timeouts/levers.py, which re-exports them until it does.
-    ("docs/reference/operations.md", "::: bsft_saga.timeouts.levers.cancel_timers"),
-    ("docs/reference/operations.md", "::: bsft_saga.timeouts.levers.CancelReport"),
-    ("docs/reference/operations.md", "::: bsft_saga.timeouts.levers.reschedule_timer"),
-    ("docs/reference/operations.md", "::: bsft_saga.timeouts.levers.RescheduleReport"),
-    (
-        "bsft_saga/timeouts/levers.py",
-        "# fates: pending — docs/reference/operations.md documents bsft_saga.timeouts.levers.*;",
-    ),
-}
-
 WORD = re.compile(r"[A-Za-z0-9_\-]")
 QUOTES = {'"', "'", "`"}
 
@@ -272,7 +231,7 @@ def findings(files: Iterable[tuple[str, str]] | None = None) -> list[Finding]:
                 if _kept(where, text, start, end) or _quoted_in_glossary(where, text, start, end):
                     continue
                 line = text.count("\n", 0, start) + 1
-                if (where, lines[line - 1].strip()) in LINES | PENDING:
+                if (where, lines[line - 1].strip()) in LINES:
                     continue
                 left, right = _word_around(text, start, end)
                 found.append(Finding(where, line, text[left:right], rule.instead))
