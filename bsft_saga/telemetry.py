@@ -31,13 +31,13 @@ and without attributes:
 a small indexed query per gauge, never one per instance (:mod:`bsft_saga.status`). Spans:
 ``saga.step`` (attributes
 ``saga.type``, ``saga.step.index``, ``saga.event.type``), ``saga.timeout`` (``saga.type``,
-``saga.timeout.name``) and ``saga.deliver`` (``saga.type``, ``saga.event.type``); each adds
-``saga.correlation_id`` when an ambient correlation id is set.
+``saga.timeout.name``), ``saga.deliver`` and ``saga.apply`` (``saga.type``,
+``saga.event.type``); each adds ``saga.correlation_id`` when an ambient correlation id is set.
 
 A row written for later (a timer, an outbox row, a kept event) stores the W3C trace context
-current when it was written (:func:`current_trace_context`). The span that delivers it
-(:func:`timer_span`, :func:`deliver_span`) links to that context, or takes it as its parent
-under ``TELEMETRY.TRACE_PARENT = "stored"``.
+current when it was written (:func:`current_trace_context`). The span that delivers or
+applies it (:func:`timer_span`, :func:`deliver_span`, :func:`apply_span`) links to that
+context, or takes it as its parent under ``TELEMETRY.TRACE_PARENT = "stored"``.
 
 The meter and the tracer are obtained at first use, never at import, so a provider that the
 host installs after importing bsft_saga (in ``settings.py``, ``wsgi.py``, a Celery signal)
@@ -86,6 +86,7 @@ __all__ = [
     "METER_NAME",
     "STEP_DURATION",
     "TRACER_NAME",
+    "apply_span",
     "continued",
     "count",
     "count_ignored",
@@ -393,11 +394,25 @@ def deliver_span(
     ``TELEMETRY.TRACE_PARENT = "stored"`` the stored context is its parent instead, and the
     pass's span (if any) is linked. An exception is recorded and re-raised.
     """
+    with _row_span("saga.deliver", saga_type, event_type, trace_context) as span:
+        yield span
+
+
+@contextmanager
+def apply_span(saga_type: str, event_type: str, *, trace_context: object = None) -> Iterator[Span]:
+    """Run the block (applying one kept event to its saga) inside a ``saga.apply`` span,
+    linked to the trace that kept the event (or its child) as :func:`deliver_span` is."""
+    with _row_span("saga.apply", saga_type, event_type, trace_context) as span:
+        yield span
+
+
+@contextmanager
+def _row_span(name: str, saga_type: str, event_type: str, stored: object) -> Iterator[Span]:
     if not _tracing():
         yield INVALID_SPAN
         return
     attributes = _span_attributes({ATTR_SAGA_TYPE: saga_type, ATTR_EVENT_TYPE: event_type})
-    with _span("saga.deliver", attributes, trace_context) as span:
+    with _span(name, attributes, stored) as span:
         yield span
 
 

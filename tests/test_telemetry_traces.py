@@ -23,7 +23,7 @@ from bsft_saga.timeouts import drain_due
 from tests.support import telemetry as telemetry_fixtures
 from tests.support.receivers import receiving
 from tests.support.telemetry import Telemetry
-from tests.testapp.kept_events import Item, Opened
+from tests.testapp.kept_events import Gate, Item, Opened
 from tests.testapp.timer_events import ProbeDue, ProbePoked, ProbeStarted
 
 pytestmark = pytest.mark.django_db
@@ -253,6 +253,28 @@ def test_a_delayed_message_s_span_links_to_its_publisher(
     assert deliver.attributes["saga.correlation_id"] == "order-43"
     assert deliver.attributes["saga.type"] == ""
     assert deliver.attributes["saga.event.type"] == received[0].event_type
+
+
+@pytest.mark.django_db(transaction=True)  # the kept event is applied after the commit
+def test_applying_a_kept_event_links_to_the_trace_that_kept_it(otel: Telemetry, spans: Any) -> None:
+    publish(Opened("trace-16"))
+    with _request_span() as keeper:
+        publish(Item("trace-16", n=1))  # kept: the saga waits for a Gate first
+    spans("saga.step")  # the steps so far
+
+    with trace.get_tracer("tests.request").start_as_current_span("gate") as opener:
+        publish(Gate("trace-16"))  # reaches the keeping step: the item is applied
+
+    [applied] = spans("saga.apply")
+    assert applied.parent is not None
+    assert applied.parent.span_id == opener.get_span_context().span_id
+    assert _only_link(applied).span_id == keeper.get_span_context().span_id
+    assert applied.context is not None
+    [step] = [
+        s for s in spans("saga.step") if s.parent and s.parent.span_id == applied.context.span_id
+    ]
+    assert step.attributes is not None
+    assert step.attributes["saga.event.type"] == applied.attributes["saga.event.type"]
 
 
 # --- deliver_event carries the trace through the broker ----------------------------------

@@ -377,7 +377,10 @@ def _apply_next(flow: FlowDefinition, saga_id: uuid.UUID) -> _Attempt:
     [row], claim = claimed.rows, claimed.token
     try:
         envelope = kept.envelope_of(row)
-        with correlation_scope(envelope.correlation_id):
+        with (
+            correlation_scope(envelope.correlation_id),
+            telemetry.apply_span(flow.saga_type, row.event_type, trace_context=row.trace_context),
+        ):
             planned = _apply(flow, envelope, partial(_plan_kept, flow, row, envelope))
     except Exception as exc:
         if lost_the_connection(exc):
