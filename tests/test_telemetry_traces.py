@@ -334,6 +334,29 @@ def test_an_instrumented_task_s_own_span_stays_the_parent(
 
 
 @pytest.mark.django_db(transaction=True)
+def test_with_the_celery_instrumentation_its_task_span_is_the_parent(
+    otel: Telemetry, spans: Any, enqueued: list[dict[str, Any]]
+) -> None:
+    instrumentation = pytest.importorskip("opentelemetry.instrumentation.celery")
+    with _request_span():
+        publish(ProbeDue("trace-17", "deferred"), defer=True)
+    [message] = enqueued
+
+    instrumentor = instrumentation.CeleryInstrumentor()
+    instrumentor.instrument()
+    try:
+        tasks.deliver_event.apply(message["args"], headers=message["headers"])
+    finally:
+        instrumentor.uninstrument()
+
+    [deliver] = spans("saga.deliver")
+    [task] = [s for s in spans(f"run/{tasks.deliver_event.name}")]
+    assert task.context is not None
+    assert deliver.parent is not None
+    assert deliver.parent.span_id == task.context.span_id
+
+
+@pytest.mark.django_db(transaction=True)
 def test_without_a_current_span_the_message_carries_no_trace(
     otel: Telemetry, enqueued: list[dict[str, Any]]
 ) -> None:
