@@ -350,7 +350,7 @@ def test_with_the_celery_instrumentation_its_task_span_is_the_parent(
         instrumentor.uninstrument()
 
     [deliver] = spans("saga.deliver")
-    [task] = [s for s in spans(f"run/{tasks.deliver_event.name}")]
+    [task] = spans(f"run/{tasks.deliver_event.name}")
     assert task.context is not None
     assert deliver.parent is not None
     assert deliver.parent.span_id == task.context.span_id
