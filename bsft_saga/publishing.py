@@ -12,6 +12,7 @@ from asgiref.sync import sync_to_async
 from bsft_saga import clock
 from bsft_saga.correlation import MAX_LENGTH, get_correlation_id, new_correlation_id
 from bsft_saga.db.datetimes import LATEST, storable
+from bsft_saga.db.mysql import storable_uuid
 from bsft_saga.events import codec, payloads
 from bsft_saga.events.envelope import Envelope
 from bsft_saga.events.registry import check_publishable, event_type_of
@@ -48,8 +49,9 @@ def publish(
     event type of bsft_saga's own (``bsft_saga.*``), a ``deadline`` that is naive or
     outside the stored range (0001-01-02 to 9998-12-31 in UTC, see ``bsft_saga.db.datetimes``),
     a correlation id (given or ambient) longer than 200 characters, or an encoded event
-    larger than ``BSFT_SAGA["MAX_PAYLOAD_BYTES"]`` is a ``ValueError``. Nothing is written
-    when it raises.
+    larger than ``BSFT_SAGA["MAX_PAYLOAD_BYTES"]`` is a ``ValueError``, as is a
+    ``message_id`` the database cannot store (on MariaDB, a UUID of version 8 or above).
+    Nothing is written when it raises.
     """
     event_type = event_type_of(event)
     where = f"publish({event_type})"
@@ -66,7 +68,7 @@ def publish(
     else:  # ... nor ambient: a fresh one, which the steps, timers and events carry on
         correlation_id = new_correlation_id()
     envelope = Envelope(
-        message_id=_as_uuid(message_id) if message_id is not None else uuid.uuid4(),
+        message_id=_as_uuid(message_id, where) if message_id is not None else uuid.uuid4(),
         event=event,
         event_type=event_type,
         correlation_id=correlation_id,
@@ -144,5 +146,6 @@ async def apublish(event: Any, **kwargs: Any) -> Envelope:
     return envelope
 
 
-def _as_uuid(value: uuid.UUID | str) -> uuid.UUID:
-    return value if isinstance(value, uuid.UUID) else uuid.UUID(str(value))
+def _as_uuid(value: uuid.UUID | str, where: str) -> uuid.UUID:
+    given = value if isinstance(value, uuid.UUID) else uuid.UUID(str(value))
+    return storable_uuid(given, field="message_id", where=where)

@@ -21,7 +21,9 @@ would compare against rows other transactions have already changed.
 
 from __future__ import annotations
 
-from typing import Any
+import uuid
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 from django.core.checks import CheckMessage
 from django.db.backends.base.base import BaseDatabaseWrapper
@@ -32,6 +34,8 @@ __all__ = [
     "MINIMUM_MYSQL",
     "VendorModelChecks",
     "isolation_level",
+    "retrying_deadlocks",
+    "storable_uuid",
     "unsupported_version",
 ]
 
@@ -84,6 +88,64 @@ def isolation_level(connection: BaseDatabaseWrapper) -> str:
     options = connection.settings_dict.get("OPTIONS") or {}
     level = options.get("isolation_level", "read committed")
     return "server default" if level is None else str(level).lower()
+
+
+def storable_uuid(value: uuid.UUID, *, field: str, where: str) -> uuid.UUID:
+    """Return ``value`` if the default database can store it as ``field``; else raise
+    ``ValueError`` naming ``where`` (the call).
+
+    MariaDB's UUID column (Django's ``UUIDField`` there since MariaDB 10.7) refuses a UUID
+    of version 8 or above with the RFC 4122 variant, e.g. ``uuid.UUID(bytes=os.urandom(16))``
+    or a hash's digest, where PostgreSQL, MySQL and SQLite store any 128 bits. Version 1 to
+    7 UUIDs (``uuid4()``, ``uuid5()``, time-ordered ones) are stored everywhere.
+    """
+    from django.db import DEFAULT_DB_ALIAS, connections
+
+    connection = connections[DEFAULT_DB_ALIAS]
+    version, variant = value.time_hi_version >> 12, value.clock_seq_hi_variant >> 4
+    if (
+        version < 8
+        or not 4 <= variant <= 11
+        or connection.vendor != "mysql"
+        or not connection.features.has_native_uuid_field
+    ):
+        return value
+    raise ValueError(
+        f"{where}: {field} {value} cannot be stored: MariaDB's UUID column refuses UUID "
+        f"version {version}; use a version 1 to 7 UUID (uuid.uuid4(), uuid.uuid5())"
+    )
+
+
+T = TypeVar("T")
+
+#: InnoDB's error of a transaction it rolled back whole to break a deadlock.
+_DEADLOCK = 1213
+#: How often :func:`retrying_deadlocks` runs a transaction that InnoDB keeps rolling back.
+DEADLOCK_ATTEMPTS = 3
+
+
+def retrying_deadlocks(transaction: Callable[[], T]) -> T:
+    """Run ``transaction`` (a function that opens and commits a transaction of its own) and
+    return what it returns; on MariaDB and MySQL, run it again when InnoDB rolled it back
+    to break a deadlock, up to ``DEADLOCK_ATTEMPTS`` times in all.
+
+    InnoDB picks a victim among the transactions of a lock cycle and rolls it back whole
+    (error 1213), even a ``SKIP LOCKED`` claim: nothing of it stayed, so running it again is
+    safe. Inside a caller's transaction, which the rollback ended too, nothing is retried.
+    Any other error, and the last deadlock, propagate.
+    """
+    from django.db import DEFAULT_DB_ALIAS, OperationalError, connections
+
+    connection = connections[DEFAULT_DB_ALIAS]
+    retry = connection.vendor == "mysql" and not connection.in_atomic_block
+    for attempt in range(1, DEADLOCK_ATTEMPTS + 1):
+        try:
+            return transaction()
+        except OperationalError as exc:
+            deadlock = bool(exc.args) and exc.args[0] == _DEADLOCK
+            if not (retry and deadlock) or attempt == DEADLOCK_ATTEMPTS:
+                raise
+    raise AssertionError("unreachable")  # pragma: no cover
 
 
 class VendorModelChecks:

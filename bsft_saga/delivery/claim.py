@@ -14,6 +14,7 @@ from django.db.models import F, QuerySet
 
 from bsft_saga.conf import saga_settings
 from bsft_saga.db import sql
+from bsft_saga.db.mysql import retrying_deadlocks
 from bsft_saga.delivery.channel import Channel, R
 from bsft_saga.delivery.failures import CONNECTION_LOST, failure_reason
 from bsft_saga.delivery.heartbeat import Beat
@@ -117,23 +118,30 @@ def claim(
     }
     every_row = channel.all_rows()
     if connection.features.has_select_for_update_skip_locked:
-        with transaction.atomic():
-            # Rows another pass is claiming right now are skipped, not waited for, so
-            # concurrent passes take disjoint batches. The locking query reads the table
-            # alone, down the ready index; the related rows of those it took are loaded
-            # after it (joined into it, the planner may read every saga before the LIMIT).
-            locking = candidates.select_for_update(skip_locked=True)
-            read, unreadable, known = _readable(channel, locking[:limit])
-            _give_up_unreadable(channel, every_row, unreadable, now)
-            rows, given_up = _sort_out(read, max_attempts)
-            _give_up(channel, every_row.filter(pk__in=_pks(given_up)), given_up, now)
-            token = fields["claim_token"] = _token_for(rows, token)
-            counted = _counted(rows)
-            if counted:  # abandoned by a pass that ran it alone: the attempt, in SQL
-                every_row.filter(pk__in=_pks(rows)).update(**fields, **counted)
-            elif rows:
-                sql.update_each(channel.model, fields, {}, _pks(rows))
-            beat.claimed(len(rows))
+        asked = token
+
+        def locked_claim() -> Any:
+            with transaction.atomic():
+                # Rows another pass is claiming right now are skipped, not waited for, so
+                # concurrent passes take disjoint batches. The locking query reads the table
+                # alone, down the ready index; the related rows of those it took are loaded
+                # after it (joined into it, the planner may read every saga before the LIMIT).
+                locking = candidates.select_for_update(skip_locked=True)
+                read, unreadable, known = _readable(channel, locking[:limit])
+                _give_up_unreadable(channel, every_row, unreadable, now)
+                rows, given_up = _sort_out(read, max_attempts)
+                _give_up(channel, every_row.filter(pk__in=_pks(given_up)), given_up, now)
+                token = fields["claim_token"] = _token_for(rows, asked)
+                counted = _counted(rows)
+                if counted:  # abandoned by a pass that ran it alone: the attempt, in SQL
+                    every_row.filter(pk__in=_pks(rows)).update(**fields, **counted)
+                elif rows:
+                    sql.update_each(channel.model, fields, {}, _pks(rows))
+                beat.claimed(len(rows))
+            return unreadable, known, rows, given_up, token
+
+        # InnoDB may break a deadlock by rolling the claim back whole: it is claimed again.
+        unreadable, known, rows, given_up, token = retrying_deadlocks(locked_claim)
     else:
         # Read which rows are ready outside the transaction (one that reads first and
         # writes later can be refused SQLite's write lock), then write with the

@@ -262,3 +262,21 @@ def test_the_first_and_the_last_storable_moments_read_back_to_the_microsecond() 
 
     stored = SagaInstance.objects.get(pk=saga.pk)
     assert (stored.created_at, stored.deadline) == (datetimes.EARLIEST, datetimes.LATEST)
+
+
+#: A UUID of version 8 with the RFC 4122 variant, as ``uuid.UUID(bytes=os.urandom(16))``
+#: may give: MariaDB's UUID column refuses it.
+VERSION_8 = uuid.UUID("55533a27-7824-8d3c-80a6-d532bc0f57b9")
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_message_id_the_database_cannot_store_is_refused_at_publish() -> None:
+    if connection.vendor != "mysql" or not connection.features.has_native_uuid_field:
+        publish(CountStarted("A-1"), message_id=VERSION_8)  # stored as any 128 bits
+        assert SagaInstance.objects.filter(correlation_key="A-1").exists()
+        return
+
+    with pytest.raises(ValueError, match="MariaDB's UUID column refuses UUID version 8"):
+        publish(CountStarted("A-1"), message_id=VERSION_8)
+
+    assert not SagaInstance.objects.exists()

@@ -5,7 +5,8 @@ Run as ``python tests/workers/drain_loop.py [options]`` with the environment of 
 the failover tests (PostgreSQL): the child pauses once at ``--pause-at`` after
 ``--pause-after`` timers have been stamped fired, writes its database backend's pid to
 ``--pause-file``, and goes on once ``--resume-file`` exists. The parent terminates that
-backend meanwhile (``pg_terminate_backend``), as a failover or a restart would.
+backend meanwhile (``pg_terminate_backend``; on MariaDB ``KILL CONNECTION``), as a failover or
+a restart would.
 
 Pause points:
 
@@ -53,14 +54,15 @@ class Pause:
         self.done = False
 
     def __call__(self, execute: Any, sql: str, params: Any, many: bool, context: Any) -> Any:
-        if sql.startswith(STAMP_SQL) and "fired" in [str(p) for p in params or ()]:
+        shape = sql.replace("`", '"')  # MariaDB quotes names with backticks
+        if shape.startswith(STAMP_SQL) and "fired" in [str(p) for p in params or ()]:
             # On PostgreSQL one statement stamps a whole group: its last parameter, the ids.
             last = params[-1]
             stamps = len(last) if isinstance(last, list) else 1
             self.stamped += stamps
             self.stamped_since_commit += stamps
-        if (self.point == "claim" and sql.startswith(CLAIM_SQL)) or (
-            self.point == "window" and INSTANCE_UPDATE_SQL in sql
+        if (self.point == "claim" and shape.startswith(CLAIM_SQL)) or (
+            self.point == "window" and INSTANCE_UPDATE_SQL in shape
         ):
             self.maybe_pause(context["connection"])
         return execute(sql, params, many, context)
@@ -84,7 +86,8 @@ class Pause:
         assert self.pause_file is not None
         assert self.resume_file is not None
         with connection.connection.cursor() as cursor:  # the raw driver: no wrapper recursion
-            cursor.execute("SELECT pg_backend_pid()")
+            mysql = connection.vendor == "mysql"
+            cursor.execute("SELECT CONNECTION_ID()" if mysql else "SELECT pg_backend_pid()")
             (pid,) = cursor.fetchone()
         self.pause_file.write_text(str(pid))
         deadline = time.monotonic() + 120

@@ -223,9 +223,12 @@ class _FaultingWrapper:
         self.stopped = False
 
     def __call__(self, execute: Any, sql: str, params: Any, many: bool, context: Any) -> Any:
-        if self.fault == "kill-mid-window" and INBOX_INSERT_SQL in sql:
+        shape = sql.replace("`", '"')  # MariaDB quotes names with backticks
+        if self.fault == "kill-mid-window" and INBOX_INSERT_SQL in shape:
             os.kill(os.getpid(), signal.SIGKILL)
-        elif self.fault == "stop-before-window" and not self.stopped and INSTANCE_UPDATE_SQL in sql:
+        elif (
+            self.fault == "stop-before-window" and not self.stopped and INSTANCE_UPDATE_SQL in shape
+        ):
             self.stopped = True
             os.kill(os.getpid(), signal.SIGSTOP)
         return execute(sql, params, many, context)
