@@ -87,6 +87,12 @@ def test_without_database_the_checks_make_no_query(
 # --- instances ---------------------------------------------------------------------------------
 
 
+def _first_in_database_order(model: Any, *pks: Any) -> Any:
+    """The lowest of ``pks`` as the database orders them (MariaDB orders its UUID type its
+    own way), which the checks name as their example."""
+    return model.objects.filter(pk__in=pks).order_by("pk").values_list("pk", flat=True).first()
+
+
 @pytest.mark.django_db
 def test_instances_on_a_version_no_installed_flow_declares_are_e050() -> None:
     publish(ParcelOrdered("p-2"))
@@ -95,13 +101,7 @@ def test_instances_on_a_version_no_installed_flow_declares_are_e050() -> None:
     with running_release(ParcelFlowV1):  # a rollback to the release of version 1
         [error] = database_errors()
 
-    # The first in the database's order of ids (MariaDB orders its UUID type its own way).
-    first = (
-        SagaInstance.objects.filter(pk__in=[parcel("p-2").pk, parcel("p-3").pk])
-        .order_by("pk")
-        .values_list("pk", flat=True)
-        .first()
-    )
+    first = _first_in_database_order(SagaInstance, parcel("p-2").pk, parcel("p-3").pk)
     assert error.id == "bsft_saga.E050"
     assert error.msg == (
         "2 active instances of 'tests.parcel' run on flow version 2, which no installed flow "
@@ -255,7 +255,8 @@ def test_pending_or_dead_lettered_outbox_rows_of_an_unknown_event_type_are_e053(
     assert error.msg == (
         "2 pending or dead-lettered outbox rows of event type "
         "'tests.ops.renamed-away', which no @event name or alias knows; e.g. outbox row "
-        f"{min(str(dead.pk), str(waiting.pk))}. Each fails with UnknownEventType when "
+        f"{_first_in_database_order(SagaOutboxMessage, dead.pk, waiting.pk)}. Each fails with "
+        "UnknownEventType when "
         "delivered or requeued."
     )
     assert error.obj is SagaOutboxMessage
