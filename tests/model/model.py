@@ -12,8 +12,10 @@ from __future__ import annotations
 import os
 import uuid
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from typing import Any
 
 from tests.testapp.model_flows import (
     MAX_NUDGES,
@@ -148,11 +150,27 @@ class Delayed:
     deliver_at: datetime
 
 
+def bytes_order(value: uuid.UUID) -> bytes:
+    """PostgreSQL's, MySQL's and SQLite's order of UUIDs: their 16 bytes."""
+    return value.bytes
+
+
+def mariadb_order(value: uuid.UUID) -> bytes:
+    """MariaDB's order of a version 1 to 5 UUID (the RFC 4122 variant): its five groups
+    compared last first; any other UUID by its bytes."""
+    b = value.bytes
+    if b[8] >> 6 == 2 and 1 <= b[6] >> 4 <= 5:
+        return b[10:16] + b[8:10] + b[6:8] + b[4:6] + b[0:4]
+    return b
+
+
 class Model:
     """What should have happened so far."""
 
-    def __init__(self, now: datetime) -> None:
+    def __init__(self, now: datetime, id_order: Callable[[uuid.UUID], Any] = bytes_order) -> None:
         self.now = now
+        #: The database's order of UUIDs, which breaks ties between outbox rows.
+        self.id_order = id_order
         self.sagas: list[Saga] = []
         self.pre_kept: dict[str, list[Kept]] = {}  # chain key -> events kept before start
         self.delayed: list[Delayed] = []
@@ -386,10 +404,11 @@ class Model:
             if timer.pending and not saga.complete:  # an earlier one may have ended it
                 self._fire(saga, timer)
         # Oldest deliver_at first; messages due at the same moment go in the order of
-        # their message ids (the outbox row's key), not in the order they were published.
+        # their message ids (the outbox row's key, as the database orders it), not in the
+        # order they were published.
         ready = sorted(
             (d for d in self.delayed if d.deliver_at <= self.now),
-            key=lambda d: (d.deliver_at, d.sent.message_id),
+            key=lambda d: (d.deliver_at, self.id_order(d.sent.message_id)),
         )
         for row in ready:
             self.delayed.remove(row)

@@ -27,6 +27,7 @@ from typing import Any
 
 import pytest
 from django.conf import settings as django_settings
+from django.db import connection
 from django.db.models import Min
 from django.test import override_settings
 from freezegun import freeze_time
@@ -57,7 +58,19 @@ from bsft_saga.telemetry import IGNORED_REASONS, trace_context_of
 from bsft_saga.timeouts.edits import cancel_timers, reschedule_timer
 from bsft_saga.timeouts.expedite import fire_now
 from bsft_saga.timeouts.maintenance import requeue_dead_lettered
-from tests.model.model import CHAIN, MAX_KEPT, RULES, TIMED, Delayed, Model, Saga, Sent, Timer
+from tests.model.model import (
+    CHAIN,
+    MAX_KEPT,
+    RULES,
+    TIMED,
+    Delayed,
+    Model,
+    Saga,
+    Sent,
+    Timer,
+    bytes_order,
+    mariadb_order,
+)
 from tests.support import telemetry as telemetry_support
 from tests.testapp import model_flows
 from tests.testapp.model_events import (
@@ -177,7 +190,8 @@ class ApiMachine(RuleBasedStateMachine):
         self.narrowed = activation.only([CHAIN, TIMED])
         self.narrowed.__enter__()
         RUNS["examples"] += 1
-        self.model = Model(T0)
+        mariadb = connection.vendor == "mysql" and getattr(connection, "mysql_is_mariadb", False)
+        self.model = Model(T0, mariadb_order if mariadb else bytes_order)
         self.baseline = _ignored_now()
         self.ignored = _CountedIgnored()
         telemetry.count_ignored = self.ignored
