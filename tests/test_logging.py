@@ -156,6 +156,36 @@ def test_a_delayed_message_s_receivers_log_under_its_publisher_s_id(
     assert [_context(r) for r in records] == [("order-5", "-", "-", "-")]
 
 
+@pytest.mark.django_db
+def test_a_timer_s_failure_is_logged_under_the_timer_s_id_and_saga(
+    clock: FrozenDateTimeFactory, action: Register
+) -> None:
+    def schedule(ctx: Any, e: Any) -> None:
+        ctx.schedule_timeout("remind", timedelta(days=2), ProbeDue(e.probe_id))
+
+    def refuse(sender: type, **kwargs: Any) -> None:
+        raise RuntimeError("the mail server said no")
+
+    with correlation_scope("order-6"):
+        publish(ProbeStarted("log-5", action(schedule)))
+    clock.tick(timedelta(days=2))
+
+    handler = Collected()
+    delivery_log = logging.getLogger("bsft_saga.delivery")
+    delivery_log.addHandler(handler)
+    event_published.connect(refuse, sender=ProbeDue, weak=False)
+    try:
+        with correlation_scope("the-dispatcher"):
+            drain_due()
+    finally:
+        event_published.disconnect(refuse, sender=ProbeDue)
+        delivery_log.removeHandler(handler)
+
+    saga = SagaInstance.objects.get(correlation_key="log-5")
+    failures = [r for r in handler.records if r.exc_info]
+    assert [_context(r) for r in failures] == [("order-6", saga.saga_type, "log-5", str(saga.pk))]
+
+
 # --- the LOGGING example in docs/observability.md ----------------------------------------
 
 _LOG_IN_A_SAGA = """

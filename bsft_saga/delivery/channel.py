@@ -186,6 +186,12 @@ class Channel(ABC, Generic[R]):
         return None
 
     @contextmanager
+    def written_with(self, row: R) -> Iterator[None]:
+        """The correlation id and the saga ``row`` was written with, made current: what
+        every log record about its delivery names, its failure's included."""
+        yield
+
+    @contextmanager
     def publishing(self, row: R) -> Iterator[None]:
         """Wraps the publication of ``row``'s envelope (e.g. a tracing span)."""
         yield

@@ -311,7 +311,8 @@ class _Pass(Generic[R]):
             if lost_the_connection(exc):
                 self._lost_connection(row, exc)
             else:
-                logger.exception("bsft_saga: %s failed", channel.describe(row))
+                with channel.written_with(row):
+                    logger.exception("bsft_saga: %s failed", channel.describe(row))
                 self._fail(row, failure_reason(exc))
             self.guard.in_flight = None
             return

@@ -82,15 +82,22 @@ class OutboxChannel(Channel[SagaOutboxMessage]):
         return f"outbox message {row.event_type!r} (id {row.pk}){owner}"
 
     @contextmanager
-    def publishing(self, row: SagaOutboxMessage) -> Iterator[None]:
-        """Deliver the row under the correlation id and inside the saga (if any) it was
-        written with, in a ``saga.deliver`` span that links to the trace that wrote it."""
+    def written_with(self, row: SagaOutboxMessage) -> Iterator[None]:
         saga = row.saga
         with (
             correlation_scope(row.correlation_id or None),
             saga_scope(
                 None if saga is None else SagaInScope(saga.saga_type, saga.correlation_key, saga.pk)
             ),
+        ):
+            yield
+
+    @contextmanager
+    def publishing(self, row: SagaOutboxMessage) -> Iterator[None]:
+        """Deliver the row under the correlation id and inside the saga (if any) it was
+        written with, in a ``saga.deliver`` span that links to the trace that wrote it."""
+        with (
+            self.written_with(row),
             telemetry.deliver_span(
                 self.saga_type(row), row.event_type, trace_context=row.trace_context
             ),

@@ -215,15 +215,22 @@ class TimerChannel(Channel[SagaTimeout]):
         return None
 
     @contextmanager
-    def publishing(self, row: SagaTimeout) -> Iterator[None]:
-        """Fire the timer under the correlation id and inside the saga it was scheduled
-        with (so its span and every log record of its delivery name them, not the
-        dispatcher's), in a ``saga.timeout`` span that links to the trace that scheduled it."""
+    def written_with(self, row: SagaTimeout) -> Iterator[None]:
         saga = row.saga
         with (
             correlation_scope(row.correlation_id or None),
             saga_scope(SagaInScope(saga.saga_type, saga.correlation_key, saga.pk)),
-            telemetry.timer_span(saga.saga_type, row.name, trace_context=row.trace_context),
+        ):
+            yield
+
+    @contextmanager
+    def publishing(self, row: SagaTimeout) -> Iterator[None]:
+        """Fire the timer under the correlation id and inside the saga it was scheduled
+        with (so its span and every log record of its delivery name them, not the
+        dispatcher's), in a ``saga.timeout`` span that links to the trace that scheduled it."""
+        with (
+            self.written_with(row),
+            telemetry.timer_span(row.saga.saga_type, row.name, trace_context=row.trace_context),
         ):
             yield
 
