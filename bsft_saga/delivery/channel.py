@@ -16,7 +16,7 @@ from bsft_saga import telemetry
 from bsft_saga.db import sql
 from bsft_saga.delivery.report import Outcome
 from bsft_saga.events.envelope import Envelope
-from bsft_saga.models import DeliveryRow, SagaJournalEntry
+from bsft_saga.models import DeliveryRow, JournalKind, SagaJournalEntry
 from bsft_saga.querysets import DeliveryQuerySet
 
 R = TypeVar("R", bound=DeliveryRow)
@@ -37,16 +37,6 @@ class Retirement:
     def journal(self) -> None:
         """Write :attr:`entries` (one statement; none if there are none)."""
         sql.insert(SagaJournalEntry, self.entries)
-
-
-def retired(outcome: Outcome, now: datetime) -> dict[str, Any]:
-    """The columns every table's stamp sets: no lease, no retry waiting, and for a dead
-    letter when it was given up. The claim token is kept, so that a pass can tell
-    afterwards which rows it retired."""
-    stamp: dict[str, Any] = {"claimed_until": None, "next_attempt_at": None}
-    if outcome is Outcome.DEAD_LETTERED:
-        stamp["dead_lettered_at"] = now
-    return stamp
 
 
 @dataclass(frozen=True)
@@ -81,6 +71,10 @@ class Channel(ABC, Generic[R]):
     #: The columns that are null while a row is pending (``pending_rows()`` as equality, for the
     #: hot path's statements in :mod:`bsft_saga.db.sql`).
     pending_where: ClassVar[Mapping[str, None]]
+    #: The outcomes the table retires rows with, each with the kind of the entry a row so
+    #: retired gets in its saga's journal (``None``: none of its own, what its event woke
+    #: writes the entries).
+    journal_kinds: ClassVar[Mapping[Outcome, JournalKind | None]]
 
     @abstractmethod
     def all_rows(self) -> DeliveryQuerySet[R]:
@@ -98,7 +92,6 @@ class Channel(ABC, Generic[R]):
     def delivered_rows(self) -> DeliveryQuerySet[R]:
         """Rows retired as delivered (a fired timer, a delivered outbox message)."""
 
-    @abstractmethod
     def retire(
         self,
         rows: Sequence[R],
@@ -108,17 +101,41 @@ class Channel(ABC, Generic[R]):
         reason: str = "",
         journaled: bool = False,
     ) -> Retirement:
-        """What becomes of ``rows``, retired as ``outcome`` at ``now``: their stamp (the
-        columns of :func:`retired`, and the table's own) and their journal entries.
+        """What becomes of ``rows``, retired as ``outcome`` at ``now``: their stamp and their
+        journal entries.
 
-        The one place a channel decides a retired row's fate: the claim (a row given up),
-        sorting out (a timer missed), a failed attempt at the limit (dead-lettered, with
-        ``reason``) and the group commit (delivered) all ask it. ``journaled``: the journal
-        tells of the rows already (a delivered row's event woke a step of its own saga,
-        whose transition entry names the row), so they need no entry of their own. An
-        outcome the table retires no row with (``FAILED``, ``UNCLAIMED``; ``MISSED`` but for
-        timers) raises.
+        The one place a retired row's fate is decided: the claim (a row given up), sorting
+        out (a timer missed), a failed attempt at the limit (dead-lettered, with ``reason``)
+        and the group commit (delivered) all ask it. Every stamp clears the lease and the
+        retry and keeps the claim token (so that a pass can tell afterwards which rows it
+        retired), a dead letter's also records when it was given up, and the table adds its own
+        columns (:meth:`stamped`). ``journaled``: the journal tells of the rows already (a
+        delivered row's event woke a step of its own saga, whose transition entry names the
+        row), so they need no entry of their own. An outcome the table retires no row with
+        (not in :attr:`journal_kinds`) raises.
         """
+        if outcome not in self.journal_kinds:
+            raise ValueError(f"no {self.noun} is retired as {outcome.value}")
+        stamp: dict[str, Any] = {
+            **self.stamped(outcome, now, reason=reason),
+            "claimed_until": None,
+            "next_attempt_at": None,
+        }
+        if outcome is Outcome.DEAD_LETTERED:
+            stamp["dead_lettered_at"] = now
+        kind = self.journal_kinds[outcome]
+        if journaled or kind is None:
+            return Retirement(stamp, [])
+        entries = [self.journal_entry(row, kind, now) for row in rows]
+        return Retirement(stamp, [entry for entry in entries if entry is not None])
+
+    def stamped(self, outcome: Outcome, now: datetime, *, reason: str) -> dict[str, Any]:
+        """The table's own columns a row retired as ``outcome`` gets (none, by default)."""
+        return {}
+
+    @abstractmethod
+    def journal_entry(self, row: R, kind: JournalKind, now: datetime) -> dict[str, Any] | None:
+        """``row``'s entry of ``kind`` in its saga's journal (``None``: it belongs to no saga)."""
 
     def count(self, outcome: Outcome, saga_type: str, n: int = 1) -> None:
         """Add ``n`` rows of ``saga_type`` retired as ``outcome`` to its counter (if any)."""

@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import uuid
-from collections.abc import Sequence
 from datetime import datetime
 from types import MappingProxyType
 from typing import Any
 
 from bsft_saga import clock, journal
-from bsft_saga.delivery.channel import Channel, Retirement, retired
+from bsft_saga.delivery.channel import Channel
 from bsft_saga.delivery.report import Outcome
 from bsft_saga.events.envelope import Envelope
 from bsft_saga.kept.rows import envelope_of
@@ -30,6 +29,9 @@ class KeptChannel(Channel[SagaKeptEvent]):
     counters = MappingProxyType({Outcome.DEAD_LETTERED: "kept.dead_lettered"})
     related = ("saga",)
     pending_where = MappingProxyType({"dead_lettered_at": None})
+    #: Only a dead letter: an applied kept event is deleted by the window applying it. One
+    #: given up is in its saga's journal.
+    journal_kinds = MappingProxyType({Outcome.DEAD_LETTERED: JournalKind.DEAD_LETTERED})
 
     def all_rows(self) -> SagaKeptEventQuerySet:
         return SagaKeptEvent.objects.all()
@@ -43,25 +45,10 @@ class KeptChannel(Channel[SagaKeptEvent]):
     def delivered_rows(self) -> SagaKeptEventQuerySet:
         return SagaKeptEvent.objects.none()  # an applied kept event is deleted
 
-    def retire(
-        self,
-        rows: Sequence[SagaKeptEvent],
-        outcome: Outcome,
-        now: datetime,
-        *,
-        reason: str = "",
-        journaled: bool = False,
-    ) -> Retirement:
-        """Only a dead letter: an applied kept event is deleted by the window applying it.
-        A kept event given up is in its saga's journal."""
-        if outcome is not Outcome.DEAD_LETTERED:
-            raise ValueError(f"a kept event is never retired as {outcome.value}")
-        entries = [
-            journal.kept_entry(row, JournalKind.DEAD_LETTERED, at=now)
-            for row in rows
-            if row.saga_id is not None and not journaled
-        ]
-        return Retirement(retired(outcome, now), entries)
+    def journal_entry(
+        self, row: SagaKeptEvent, kind: JournalKind, now: datetime
+    ) -> dict[str, Any] | None:
+        return None if row.saga_id is None else journal.kept_entry(row, kind, at=now)
 
     def load_related(self, rows: list[SagaKeptEvent]) -> dict[Any, Any]:
         """Nothing: a claimed kept event is applied by its saga's own loop, whose plan reads

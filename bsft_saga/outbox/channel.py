@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from datetime import datetime
 from types import MappingProxyType
@@ -11,7 +11,7 @@ from typing import Any
 
 from bsft_saga import journal, telemetry
 from bsft_saga.correlation import SagaInScope, correlation_scope, saga_scope
-from bsft_saga.delivery.channel import Channel, Retirement, retired
+from bsft_saga.delivery.channel import Channel
 from bsft_saga.delivery.report import Outcome
 from bsft_saga.events.envelope import Envelope
 from bsft_saga.models import JournalKind, SagaOutboxMessage
@@ -31,6 +31,12 @@ class OutboxChannel(Channel[SagaOutboxMessage]):
     counters = MappingProxyType({Outcome.DEAD_LETTERED: "outbox.dead_lettered"})
     related = ("saga",)
     pending_where = MappingProxyType({"delivered_at": None, "dead_lettered_at": None})
+    #: A delivered row gets ``delivered_at`` and no entry (what it woke writes its own); a
+    #: message a saga's step published that is given up is in that saga's journal (one
+    #: ``publish(..., defer=True)`` wrote belongs to no saga).
+    journal_kinds = MappingProxyType(
+        {Outcome.DELIVERED: None, Outcome.DEAD_LETTERED: JournalKind.DEAD_LETTERED}
+    )
 
     def __init__(self, known: Mapping[uuid.UUID, Envelope] | None = None) -> None:
         self.known = known or {}
@@ -47,29 +53,13 @@ class OutboxChannel(Channel[SagaOutboxMessage]):
     def delivered_rows(self) -> SagaOutboxQuerySet:
         return SagaOutboxMessage.objects.delivered()
 
-    def retire(
-        self,
-        rows: Sequence[SagaOutboxMessage],
-        outcome: Outcome,
-        now: datetime,
-        *,
-        reason: str = "",
-        journaled: bool = False,
-    ) -> Retirement:
-        """A delivered row gets ``delivered_at``; a dead-lettered one only the shared
-        columns. A message a saga's step published that is given up is in that saga's
-        journal (one ``publish(..., defer=True)`` wrote belongs to no saga); a delivered one
-        is not (what it woke writes its own entries)."""
-        if outcome is Outcome.DELIVERED:
-            return Retirement({"delivered_at": now, **retired(outcome, now)}, [])
-        if outcome is not Outcome.DEAD_LETTERED:
-            raise ValueError(f"an outbox message is never {outcome.value}")
-        entries = [
-            journal.outbox_entry(row, JournalKind.DEAD_LETTERED, at=now)
-            for row in rows
-            if row.saga_id is not None and not journaled
-        ]
-        return Retirement(retired(outcome, now), entries)
+    def stamped(self, outcome: Outcome, now: datetime, *, reason: str) -> dict[str, Any]:
+        return {"delivered_at": now} if outcome is Outcome.DELIVERED else {}
+
+    def journal_entry(
+        self, row: SagaOutboxMessage, kind: JournalKind, now: datetime
+    ) -> dict[str, Any] | None:
+        return None if row.saga_id is None else journal.outbox_entry(row, kind, at=now)
 
     def envelope(self, row: SagaOutboxMessage, token: uuid.UUID) -> Envelope:
         return self.known.get(row.pk) or envelope_of(row)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import datetime
 from types import MappingProxyType
@@ -16,7 +16,7 @@ from bsft_saga import clock, journal, telemetry
 from bsft_saga.conf import saga_settings
 from bsft_saga.correlation import SagaInScope, correlation_scope, saga_scope
 from bsft_saga.db import sql
-from bsft_saga.delivery.channel import Channel, Retirement, Sorted, retired
+from bsft_saga.delivery.channel import Channel, Sorted
 from bsft_saga.delivery.report import Outcome
 from bsft_saga.engine import lookup
 from bsft_saga.events import codec
@@ -49,6 +49,15 @@ class TimerChannel(Channel[SagaTimeout]):
     )
     related = ("saga",)
     pending_where = MappingProxyType({"dispatched_at": None})
+    #: Every timer is part of its saga's story: one that fired without waking a step of it
+    #: (plain receivers sent the reminder), was missed or was dead-lettered has an entry.
+    journal_kinds = MappingProxyType(
+        {
+            Outcome.DELIVERED: JournalKind.TIMER_FIRED,
+            Outcome.MISSED: JournalKind.TIMER_MISSED,
+            Outcome.DEAD_LETTERED: JournalKind.DEAD_LETTERED,
+        }
+    )
 
     def all_rows(self) -> SagaTimeoutQuerySet:
         return SagaTimeout.objects.all()
@@ -62,26 +71,16 @@ class TimerChannel(Channel[SagaTimeout]):
     def delivered_rows(self) -> SagaTimeoutQuerySet:
         return SagaTimeout.objects.filter(outcome=TimeoutOutcome.FIRED)
 
-    def retire(
-        self,
-        rows: Sequence[SagaTimeout],
-        outcome: Outcome,
-        now: datetime,
-        *,
-        reason: str = "",
-        journaled: bool = False,
-    ) -> Retirement:
-        """A timer retires with its ``outcome`` (fired, missed, dead-lettered, with the
-        reason) and ``dispatched_at``. Every timer is part of its saga's story: one that
-        fired without waking a step of it (plain receivers sent the reminder), was missed
-        or was dead-lettered has an entry of its own."""
-        stored, kind = _RETIRED_AS[outcome]
-        stamp: dict[str, Any] = {"dispatched_at": now, "outcome": stored}
+    def stamped(self, outcome: Outcome, now: datetime, *, reason: str) -> dict[str, Any]:
+        """A timer retires with its ``outcome`` and ``dispatched_at`` (a dead letter with
+        its reason)."""
+        stamp: dict[str, Any] = {"dispatched_at": now, "outcome": _STORED_AS[outcome]}
         if outcome is Outcome.DEAD_LETTERED:
             stamp["dead_letter_reason"] = reason
-        stamp.update(retired(outcome, now))
-        entries = [] if journaled else [journal.timer_entry(row, kind, at=now) for row in rows]
-        return Retirement(stamp, entries)
+        return stamp
+
+    def journal_entry(self, row: SagaTimeout, kind: JournalKind, now: datetime) -> dict[str, Any]:
+        return journal.timer_entry(row, kind, at=now)
 
     def envelope(self, row: SagaTimeout, token: uuid.UUID) -> Envelope:
         """The timer's event, under the correlation id it was scheduled with, marked as
@@ -235,11 +234,11 @@ class TimerChannel(Channel[SagaTimeout]):
             yield
 
 
-#: How a timer retired with each outcome is stored, and what its journal entry says.
-_RETIRED_AS = {
-    Outcome.DELIVERED: (TimeoutOutcome.FIRED, JournalKind.TIMER_FIRED),
-    Outcome.MISSED: (TimeoutOutcome.MISSED, JournalKind.TIMER_MISSED),
-    Outcome.DEAD_LETTERED: (TimeoutOutcome.DEAD_LETTERED, JournalKind.DEAD_LETTERED),
+#: How a timer retired with each outcome is stored.
+_STORED_AS = {
+    Outcome.DELIVERED: TimeoutOutcome.FIRED,
+    Outcome.MISSED: TimeoutOutcome.MISSED,
+    Outcome.DEAD_LETTERED: TimeoutOutcome.DEAD_LETTERED,
 }
 
 TIMERS = TimerChannel()
