@@ -24,17 +24,11 @@ from tests.support.services import require_mysql_backend
 from tests.support.timer_fixtures import T0
 from tests.testapp.load_events import CountStarted
 from tests.testapp.load_flows import CountingFlow
+from tests.testapp.ops_flows import make_saga
 
 
 def _instance(key: str, *, complete: bool = False, saga_type: str = "orders") -> SagaInstance:
-    return SagaInstance.objects.create(
-        saga_type=saga_type,
-        correlation_key=key,
-        state_type="tests.State",
-        is_complete=complete,
-        created_at=T0,
-        updated_at=T0,
-    )
+    return make_saga(key, saga_type=saga_type, complete=complete, now=T0)
 
 
 def _kept(key: str, message_id: uuid.UUID, saga: SagaInstance | None = None) -> SagaKeptEvent:
