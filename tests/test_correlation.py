@@ -4,13 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import re
-import subprocess
-import sys
 import textwrap
 import threading
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 from asgiref.sync import iscoroutinefunction, sync_to_async
@@ -34,6 +30,7 @@ from bsft_saga.correlation import (
     is_valid_correlation_id,
     new_correlation_id,
 )
+from tests.support.examples import docs_examples, run_python
 
 # --- the context variable -------------------------------------------------------------
 
@@ -359,12 +356,7 @@ def test_the_log_filter_adds_the_ambient_id() -> None:
 
 
 def test_the_logging_example_in_the_docs_prints_the_ambient_id() -> None:
-    docs = (Path(__file__).resolve().parents[1] / "docs" / "observability.md").read_text()
-    [example] = [
-        block
-        for block in re.findall(r"```python\n(.*?)```", docs, re.S)
-        if "bsft_saga.correlation.CorrelationIdFilter" in block
-    ]
+    example = docs_examples("observability.md", "bsft_saga.correlation.CorrelationIdFilter")
     # A fresh interpreter, so that reconfiguring logging cannot disturb this one.
     script = example + textwrap.dedent(
         """
@@ -377,14 +369,7 @@ def test_the_logging_example_in_the_docs_prints_the_ambient_id() -> None:
         logging.getLogger("docs").info("outside")
         """
     )
-    result = subprocess.run(
-        [sys.executable, "-W", "error", "-c", script],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-        cwd=Path(__file__).resolve().parents[1],
-    )
+    result = run_python(script)
 
     assert result.returncode == 0, result.stderr
     assert "[docs-1] docs: step ran" in result.stderr

@@ -259,13 +259,7 @@ def test_a_provider_installed_after_first_use_still_receives_measurements_and_sp
         print(values["bsft.saga.started"], [s.name for s in exporter.get_finished_spans()])
         """
     )
-    result = subprocess.run(
-        [sys.executable, "-W", "error", "-c", script],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    result = run_python(script)
 
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "5 ['saga.timeout']"

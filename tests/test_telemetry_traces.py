@@ -300,9 +300,7 @@ def enqueued(monkeypatch: pytest.MonkeyPatch) -> list[dict[str, Any]]:
 def test_deliver_event_continues_the_trace_whose_commit_enqueued_it(
     otel: Telemetry, spans: Any, enqueued: list[dict[str, Any]]
 ) -> None:
-    with _request_span() as request:
-        publish(ProbeDue("trace-13", "deferred"), defer=True)
-    [message] = enqueued
+    request, message = _deferred_in_a_request("trace-13", enqueued)
     stored = current_trace_context_of(request)
     assert stored is not None
     assert message["headers"] == {f"bsft_saga_{key}": value for key, value in stored.items()}
@@ -312,25 +310,19 @@ def test_deliver_event_continues_the_trace_whose_commit_enqueued_it(
         assert tasks.deliver_event.apply(message["args"], headers=message["headers"]).get() == 1
 
     assert len(received) == 1
-    [deliver] = spans("saga.deliver")
-    assert deliver.parent is not None
-    assert deliver.parent.span_id == request.get_span_context().span_id
+    assert _deliver_span_s_parent(spans) == request.get_span_context().span_id
 
 
 @pytest.mark.django_db(transaction=True)
 def test_an_instrumented_task_s_own_span_stays_the_parent(
     otel: Telemetry, spans: Any, enqueued: list[dict[str, Any]]
 ) -> None:
-    with _request_span():
-        publish(ProbeDue("trace-14", "deferred"), defer=True)
-    [message] = enqueued
+    _, message = _deferred_in_a_request("trace-14", enqueued)
 
     with trace.get_tracer("tests.task").start_as_current_span("run/deliver_event") as task:
         tasks.deliver_event.apply(message["args"], headers=message["headers"])
 
-    [deliver] = spans("saga.deliver")
-    assert deliver.parent is not None
-    assert deliver.parent.span_id == task.get_span_context().span_id
+    assert _deliver_span_s_parent(spans) == task.get_span_context().span_id
 
 
 @pytest.mark.django_db(transaction=True)
@@ -338,9 +330,7 @@ def test_with_the_celery_instrumentation_its_task_span_is_the_parent(
     otel: Telemetry, spans: Any, enqueued: list[dict[str, Any]]
 ) -> None:
     instrumentation = pytest.importorskip("opentelemetry.instrumentation.celery")
-    with _request_span():
-        publish(ProbeDue("trace-17", "deferred"), defer=True)
-    [message] = enqueued
+    _, message = _deferred_in_a_request("trace-17", enqueued)
 
     instrumentor = instrumentation.CeleryInstrumentor()
     instrumentor.instrument()
@@ -349,11 +339,9 @@ def test_with_the_celery_instrumentation_its_task_span_is_the_parent(
     finally:
         instrumentor.uninstrument()
 
-    [deliver] = spans("saga.deliver")
     [task] = spans(f"run/{tasks.deliver_event.name}")
     assert task.context is not None
-    assert deliver.parent is not None
-    assert deliver.parent.span_id == task.context.span_id
+    assert _deliver_span_s_parent(spans) == task.context.span_id
 
 
 @pytest.mark.django_db(transaction=True)
@@ -363,6 +351,22 @@ def test_without_a_current_span_the_message_carries_no_trace(
     publish(ProbeDue("trace-15", "deferred"), defer=True)
 
     assert [message["headers"] for message in enqueued] == [None]
+
+
+def _deferred_in_a_request(probe_id: str, enqueued: list[dict[str, Any]]) -> tuple[Any, Any]:
+    """Publish a deferred event inside a request span; return the span and the one
+    ``deliver_event`` message its commit enqueued."""
+    with _request_span() as request:
+        publish(ProbeDue(probe_id, "deferred"), defer=True)
+    [message] = enqueued
+    return request, message
+
+
+def _deliver_span_s_parent(spans: Any) -> int:
+    """The span id of the parent of the one ``saga.deliver`` span."""
+    [deliver] = spans("saga.deliver")
+    assert deliver.parent is not None
+    return deliver.parent.span_id
 
 
 def current_trace_context_of(span: Any) -> dict[str, str] | None:
