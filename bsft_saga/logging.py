@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 
-from bsft_saga.correlation import current_saga, get_correlation_id
+from bsft_saga.correlation import CorrelationIdFilter, current_saga
 
 __all__ = ["NONE", "SagaContextFilter"]
 
@@ -19,7 +19,7 @@ __all__ = ["NONE", "SagaContextFilter"]
 NONE = "-"
 
 
-class SagaContextFilter(logging.Filter):
+class SagaContextFilter(CorrelationIdFilter):
     """Add ``correlation_id``, ``saga_type``, ``saga_key`` and ``saga_id`` to every record.
 
     Inside a step, a receiver of a fired timer or a delivered outbox row, or a pass
@@ -33,7 +33,7 @@ class SagaContextFilter(logging.Filter):
 
     def filter(self, record: logging.LogRecord) -> bool:
         """Annotate ``record``; never drops it."""
-        record.correlation_id = get_correlation_id() or NONE
+        super().filter(record)  # correlation_id
         saga = current_saga()
         if saga is None:
             record.saga_type = record.saga_key = record.saga_id = NONE
