@@ -64,14 +64,15 @@ def unsupported_version(connection: BaseDatabaseWrapper) -> str | None:
     """Why the MariaDB or MySQL server of ``connection`` cannot hold bsft_saga's
     guarantees (the version found and the version needed), or ``None`` if it can.
 
-    Asks the server for its version (one query, cached by Django on the connection).
+    Django's own feature flag decides, from the version it asks the server for (one query,
+    cached on the connection); the minimums here only name the version needed.
     """
+    if connection.features.has_select_for_update_skip_locked:
+        return None
     server: Any = connection
     found = tuple(server.mysql_version)
     name = "MariaDB" if server.mysql_is_mariadb else "MySQL"
     needed = MINIMUM_MARIADB if server.mysql_is_mariadb else MINIMUM_MYSQL
-    if found >= needed and connection.features.has_select_for_update_skip_locked:
-        return None
     return (
         f"{name} {_version(found)} has no SELECT ... FOR UPDATE SKIP LOCKED, which "
         f"bsft_saga's claim of due rows needs: {name} {_version(needed)} or later is needed"

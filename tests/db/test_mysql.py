@@ -141,7 +141,8 @@ def test_e003_names_the_version_found_and_the_version_needed(
     found: str,
     needed: str,
 ) -> None:
-    monkeypatch.setattr(checks, "connections", {"default": _server(version, mariadb=mariadb)})
+    server = _server(version, mariadb=mariadb, skip_locked=False)
+    monkeypatch.setattr(checks, "connections", {"default": server})
 
     [error] = checks.check_partial_constraints(databases=["default"])
 
