@@ -99,11 +99,14 @@ def drain(
 ) -> RoundReport:
     """Run rounds (:func:`drain_round`) until ``until`` says to stop; return their sum.
 
-    Before each round a connection that broke or outlived ``CONN_MAX_AGE`` is replaced
-    (one inside a caller's transaction is left alone): a long-lived process outlives
-    connections. One row never stops a round, so what escapes one is the database or a
-    bug. A round that raises a ``DatabaseError`` (a failover, a restart, a killed session)
-    is logged and counts as a round that found no work; a loop with time left goes on —
+    ``STOPPED``, a long-lived process, replaces a connection that broke or outlived
+    ``CONN_MAX_AGE`` before each round (one inside a caller's transaction is left alone).
+    The others last one command, test or task (Celery's Django fixup refreshes around a
+    task), and their rounds keep the connection: with the default ``CONN_MAX_AGE = 0`` a
+    refresh would reconnect before every round. One row never stops a round, so what
+    escapes one is the database or a bug. A round that raises a ``DatabaseError`` (a
+    failover, a restart, a killed session) is logged, its connection replaced if broken,
+    and counts as a round that found no work; a loop with time left goes on —
     ``POLL_INTERVAL`` later for ``STOPPED``, ``RECONNECT_PAUSE`` later for
     ``POLL_INTERVAL`` if that leaves time for a round — and its next round first gives back
     what the lost one had claimed, so those rows are delivered in this run once the
@@ -121,21 +124,23 @@ def drain(
     number = 0
     while not stop.is_set():
         number += 1
-        refresh_idle_connections()
+        if until is Until.STOPPED:
+            refresh_idle_connections()
         try:
             report = drain_round(batch_size=batch_size, now=now)
         except DatabaseError as exc:
             if until in (Until.ONE_ROUND, Until.EMPTY):
                 raise
             logger.exception("bsft_saga drain: round %d lost its database connection", number)
+            refresh_idle_connections()
             if on_round is not None:
                 on_round(number, exc)
-            if until is Until.STOPPED:
-                stop.wait(poll)
-            elif time.monotonic() - started + RECONNECT_PAUSE >= poll:
+            if (
+                until is Until.POLL_INTERVAL
+                and time.monotonic() - started + RECONNECT_PAUSE >= poll
+            ):
                 break
-            else:
-                time.sleep(RECONNECT_PAUSE)
+            stop.wait(poll if until is Until.STOPPED else RECONNECT_PAUSE)
             continue
         total += report
         if on_round is not None:

@@ -120,3 +120,30 @@ def test_a_dispatcher_loop_goes_on_after_idle_and_failed_rounds_until_stopped(
         assert drain(Until.STOPPED, stop=stop, on_round=on_round) == WORK
 
     assert seen == [1, 2, 3]
+
+
+def test_only_a_dispatcher_loop_refreshes_its_connection_before_every_round(
+    rounds: Callable[..., list[int]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With ``CONN_MAX_AGE = 0`` a refresh reconnects: a loop within one task or command
+    keeps its connection from round to round, and replaces it only once it is lost."""
+    refreshed: list[int] = []
+    monkeypatch.setattr(draining, "refresh_idle_connections", lambda: refreshed.append(1))
+
+    rounds(WORK, WORK, IDLE)
+    drain(Until.EMPTY)
+    assert refreshed == []
+
+    rounds(LOST, WORK, IDLE)
+    drain(Until.POLL_INTERVAL)
+    assert len(refreshed) == 1
+
+    stop = threading.Event()
+
+    def stop_after_two(number: int, report: RoundReport | Exception) -> None:
+        if number == 2:
+            stop.set()
+
+    rounds(WORK, WORK)
+    drain(Until.STOPPED, stop=stop, on_round=stop_after_two)
+    assert len(refreshed) == 1 + 2
