@@ -22,19 +22,20 @@ settings.register_profile(
 settings.load_profile("default")
 
 
+#: Each server backend's URL scheme, and the user and port its URL leaves out.
+_SERVER_URLS = {"mysql": ("mysql", "root", 3306), "postgresql": ("postgres", "postgres", 5432)}
+
+
 def database_url_of(settings_dict: dict[str, Any]) -> str:
     """A DATABASE_URL for the database a test is using (the *test* database)."""
-    if settings_dict["ENGINE"].endswith("sqlite3"):
+    backend = settings_dict["ENGINE"].rsplit(".", 1)[-1]
+    if backend == "sqlite3":
         return f"sqlite:///{settings_dict['NAME']}"
-    if settings_dict["ENGINE"].endswith("mysql"):
-        user = settings_dict.get("USER") or "root"
-        host = settings_dict.get("HOST") or "127.0.0.1"
-        port = settings_dict.get("PORT") or 3306
-        return f"mysql://{user}@{host}:{port}/{settings_dict['NAME']}"
-    user = settings_dict.get("USER") or "postgres"
+    scheme, default_user, default_port = _SERVER_URLS[backend]
+    user = settings_dict.get("USER") or default_user
     host = settings_dict.get("HOST") or "127.0.0.1"
-    port = settings_dict.get("PORT") or 5432
-    return f"postgres://{user}@{host}:{port}/{settings_dict['NAME']}"
+    port = settings_dict.get("PORT") or default_port
+    return f"{scheme}://{user}@{host}:{port}/{settings_dict['NAME']}"
 
 
 @pytest.fixture
