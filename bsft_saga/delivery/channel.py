@@ -13,10 +13,11 @@ from typing import Any, ClassVar, Generic, TypeVar
 from django.db.models import QuerySet, prefetch_related_objects
 
 from bsft_saga import telemetry
+from bsft_saga.correlation import SagaInScope, correlation_scope, saga_scope
 from bsft_saga.db import sql
 from bsft_saga.delivery.report import Outcome
 from bsft_saga.events.envelope import Envelope
-from bsft_saga.models import DeliveryRow, JournalKind, SagaJournalEntry
+from bsft_saga.models import DeliveryRow, JournalKind, SagaInstance, SagaJournalEntry
 from bsft_saga.querysets import DeliveryQuerySet
 
 R = TypeVar("R", bound=DeliveryRow)
@@ -49,6 +50,15 @@ class Sorted(Generic[R]):
     #: Whether sorting out committed writes of its own (time passed since the claim: the
     #: pass checks which rows it still holds before delivering them).
     committed: bool = False
+
+
+@contextmanager
+def written_scope(correlation_id: str, saga: SagaInstance | None) -> Iterator[None]:
+    """Make current the correlation id (``""``: none) and the saga (if any) a row was
+    written with: what a channel's :meth:`Channel.written_with` enters."""
+    in_scope = None if saga is None else SagaInScope(saga.saga_type, saga.correlation_key, saga.pk)
+    with correlation_scope(correlation_id or None), saga_scope(in_scope):
+        yield
 
 
 class Channel(ABC, Generic[R]):

@@ -10,8 +10,7 @@ from types import MappingProxyType
 from typing import Any
 
 from bsft_saga import journal, telemetry
-from bsft_saga.correlation import SagaInScope, correlation_scope, saga_scope
-from bsft_saga.delivery.channel import Channel
+from bsft_saga.delivery.channel import Channel, written_scope
 from bsft_saga.delivery.report import Outcome
 from bsft_saga.events.envelope import Envelope
 from bsft_saga.models import JournalKind, SagaOutboxMessage
@@ -73,13 +72,7 @@ class OutboxChannel(Channel[SagaOutboxMessage]):
 
     @contextmanager
     def written_with(self, row: SagaOutboxMessage) -> Iterator[None]:
-        saga = row.saga
-        with (
-            correlation_scope(row.correlation_id or None),
-            saga_scope(
-                None if saga is None else SagaInScope(saga.saga_type, saga.correlation_key, saga.pk)
-            ),
-        ):
+        with written_scope(row.correlation_id, row.saga):
             yield
 
     @contextmanager

@@ -14,9 +14,8 @@ from django.db.models import F, QuerySet
 
 from bsft_saga import clock, journal, telemetry
 from bsft_saga.conf import saga_settings
-from bsft_saga.correlation import SagaInScope, correlation_scope, saga_scope
 from bsft_saga.db import sql
-from bsft_saga.delivery.channel import Channel, Sorted
+from bsft_saga.delivery.channel import Channel, Sorted, written_scope
 from bsft_saga.delivery.report import Outcome
 from bsft_saga.engine import lookup
 from bsft_saga.events import codec
@@ -215,11 +214,7 @@ class TimerChannel(Channel[SagaTimeout]):
 
     @contextmanager
     def written_with(self, row: SagaTimeout) -> Iterator[None]:
-        saga = row.saga
-        with (
-            correlation_scope(row.correlation_id or None),
-            saga_scope(SagaInScope(saga.saga_type, saga.correlation_key, saga.pk)),
-        ):
+        with written_scope(row.correlation_id, row.saga):
             yield
 
     @contextmanager
