@@ -1,6 +1,6 @@
 """The test settings with a MariaDB database of the test's own as the default database
 (``BSFT_SAGA_MARIADB_NAME``): for ``check`` and ``migrate`` run in a fresh process on an
-empty database (tests/processes/test_unsupported_databases.py).
+empty database (tests/processes/test_mariadb_setup.py).
 """
 
 import json
