@@ -34,7 +34,7 @@ PGBOUNCER_TESTS := tests/processes/test_pgbouncer.py tests/processes/test_failov
 	tests/engine/test_engine_concurrency.py tests/delivery/test_abandoned_claims.py \
 	tests/processes/test_dispatch_contention.py tests/processes/test_killed_loop.py
 
-# MariaDB 10.6+ (or MySQL 8.0.1+): pytest-django creates and drops a per-run
+# MariaDB 10.6+ (or MySQL 8.0.11+): pytest-django creates and drops a per-run
 # `test_bsft_saga_<pid>` database (utf8mb4, READ COMMITTED: tests/settings.py); the
 # `bsft_saga` database of MARIADB_DATABASE_URL is only where Django connects first.
 MARIADB_HOST ?= 127.0.0.1

@@ -137,7 +137,7 @@ def check_partial_constraints(
                 f"{problem}: two active instances of one correlation key, or two pending "
                 "timers of one name, could be written by concurrent events.",
                 hint="Keep bsft_saga's tables on PostgreSQL (recommended), MariaDB 10.6+ or "
-                "MySQL 8.0.1+, or SQLite (development); see docs/databases.md.",
+                "MySQL 8.0.11+, or SQLite (development); see docs/databases.md.",
                 obj=f"DATABASES[{alias!r}]",
                 id="bsft_saga.E003",
             )
