@@ -121,23 +121,29 @@ def claim(
         asked = token
 
         def locked_claim() -> Any:
-            with transaction.atomic():
-                # Rows another pass is claiming right now are skipped, not waited for, so
-                # concurrent passes take disjoint batches. The locking query reads the table
-                # alone, down the ready index; the related rows of those it took are loaded
-                # after it (joined into it, the planner may read every saga before the LIMIT).
-                locking = candidates.select_for_update(skip_locked=True)
-                read, unreadable, known = _readable(channel, locking[:limit])
-                _give_up_unreadable(channel, every_row, unreadable, now)
-                rows, given_up = _sort_out(read, max_attempts)
-                _give_up(channel, every_row.filter(pk__in=_pks(given_up)), given_up, now)
-                token = fields["claim_token"] = _token_for(rows, asked)
-                counted = _counted(rows)
-                if counted:  # abandoned by a pass that ran it alone: the attempt, in SQL
-                    every_row.filter(pk__in=_pks(rows)).update(**fields, **counted)
-                elif rows:
-                    sql.update_each(channel.model, fields, {}, _pks(rows))
-                beat.claimed(len(rows))
+            held = 0
+            try:
+                with transaction.atomic():
+                    # Rows another pass is claiming right now are skipped, not waited for, so
+                    # concurrent passes take disjoint batches. The locking query reads the table
+                    # alone, down the ready index; the related rows of those it took are loaded
+                    # after it (joined into it, the planner may read every saga before the LIMIT).
+                    locking = candidates.select_for_update(skip_locked=True)
+                    read, unreadable, known = _readable(channel, locking[:limit])
+                    _give_up_unreadable(channel, every_row, unreadable, now)
+                    rows, given_up = _sort_out(read, max_attempts)
+                    _give_up(channel, every_row.filter(pk__in=_pks(given_up)), given_up, now)
+                    token = fields["claim_token"] = _token_for(rows, asked)
+                    counted = _counted(rows)
+                    if counted:  # abandoned by a pass that ran it alone: the attempt, in SQL
+                        every_row.filter(pk__in=_pks(rows)).update(**fields, **counted)
+                    elif rows:
+                        sql.update_each(channel.model, fields, {}, _pks(rows))
+                    held = len(rows)
+                    beat.claimed(held)
+            except BaseException:
+                beat.claim_undone(held)  # rolled back: not held (and maybe claimed again)
+                raise
             return unreadable, known, rows, given_up, token
 
         # InnoDB may break a deadlock by rolling the claim back whole: it is claimed again.
@@ -165,8 +171,18 @@ def claim(
             beat.claimed(len(rows))
     for row in rows:
         row.claim_token, row.claimed_until, row.claimed_by = token, until, beat.claimer
-    for row in given_up:  # committed: counted like the rows a delivery dead-letters
+    # Committed (never a claim rolled back and run again): logged and counted like the rows
+    # a delivery dead-letters.
+    for row in given_up:
+        logger.error(
+            "bsft_saga: %s dead-lettered: its claim ran out %d times (%s)",
+            channel.describe(row),
+            row.attempts + 1,
+            ABANDONED,
+        )
         channel.count(Outcome.DEAD_LETTERED, channel.saga_type(row))
+    for pk, reason in unreadable:
+        logger.error("bsft_saga: %s %s dead-lettered: %s", channel.noun, pk, reason)
     if unreadable:
         channel.count(Outcome.DEAD_LETTERED, "", len(unreadable))
     return Claimed(rows, given_up, token, len(unreadable), known)
@@ -222,7 +238,6 @@ def _give_up_unreadable(
         where.filter(pk=pk).update(
             attempts=F("attempts") + 1, last_error=reason, **retirement.stamp
         )
-        logger.error("bsft_saga: %s %s dead-lettered: %s", channel.noun, pk, reason)
 
 
 def _pks(rows: Sequence[Any]) -> list[Any]:
@@ -280,10 +295,3 @@ def _give_up(channel: Channel[R], where: DeliveryQuerySet[R], rows: list[R], now
     retirement = channel.retire(rows, Outcome.DEAD_LETTERED, now, reason=ABANDONED)
     where.update(attempts=F("attempts") + 1, last_error=ABANDONED, **retirement.stamp)
     retirement.journal()
-    for row in rows:
-        logger.error(
-            "bsft_saga: %s dead-lettered: its claim ran out %d times (%s)",
-            channel.describe(row),
-            row.attempts + 1,
-            ABANDONED,
-        )

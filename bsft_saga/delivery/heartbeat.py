@@ -290,6 +290,15 @@ class Beat:
         if (rows and self._outermost) or dispatcher.quiet():
             dispatcher.report()
 
+    def claim_undone(self, rows: int) -> None:
+        """Take back :meth:`claimed` of ``rows`` whose claim's transaction rolled back."""
+        dispatcher = self.dispatcher
+        if dispatcher is None or not rows:
+            return
+        with dispatcher.lock:
+            dispatcher.held -= rows
+            self.claims -= rows
+
     def __exit__(
         self,
         exc_type: type[BaseException] | None,
