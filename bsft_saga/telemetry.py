@@ -53,7 +53,6 @@ from __future__ import annotations
 
 import logging
 import time
-import uuid
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from functools import cache
@@ -78,7 +77,7 @@ from opentelemetry.util.types import Attributes
 
 from bsft_saga import __version__
 from bsft_saga.conf import saga_settings
-from bsft_saga.correlation import SagaInScope, get_correlation_id, saga_scope
+from bsft_saga.correlation import get_correlation_id
 
 __all__ = [
     "COUNTERS",
@@ -333,8 +332,6 @@ def step_span(
     *,
     step_index: int,
     event_type: str,
-    saga_id: uuid.UUID | None = None,
-    saga_key: str = "",
 ) -> Iterator[Span]:
     """Run the block as one saga step: a ``saga.step`` span plus a duration measurement.
 
@@ -342,25 +339,21 @@ def step_span(
     elapsed time (``time.perf_counter``, in seconds) is recorded into
     ``bsft.saga.step.duration`` with ``saga.type``, whether the block succeeded or raised.
     An exception is recorded on the span, which gets an error status, and is re-raised.
-    With ``saga_id`` the block runs in a :func:`~bsft_saga.correlation.saga_scope` of that
-    saga (``saga_key`` its correlation key), which log records name.
     """
     started = time.perf_counter()
-    saga = None if saga_id is None else SagaInScope(saga_type, saga_key, saga_id)
     try:
-        with saga_scope(saga):
-            if not _tracing():
-                yield INVALID_SPAN
-                return
-            attributes = _span_attributes(
-                {
-                    ATTR_SAGA_TYPE: saga_type,
-                    ATTR_STEP_INDEX: step_index,
-                    ATTR_EVENT_TYPE: event_type,
-                }
-            )
-            with _span("saga.step", attributes) as span:
-                yield span
+        if not _tracing():
+            yield INVALID_SPAN
+            return
+        attributes = _span_attributes(
+            {
+                ATTR_SAGA_TYPE: saga_type,
+                ATTR_STEP_INDEX: step_index,
+                ATTR_EVENT_TYPE: event_type,
+            }
+        )
+        with _span("saga.step", attributes) as span:
+            yield span
     finally:
         _step_duration().record(time.perf_counter() - started, {ATTR_SAGA_TYPE: saga_type})
 

@@ -25,7 +25,7 @@ from django.db import transaction
 
 from bsft_saga import clock, kept, telemetry
 from bsft_saga.conf import saga_settings
-from bsft_saga.correlation import correlation_scope
+from bsft_saga.correlation import SagaInScope, correlation_scope, saga_scope
 from bsft_saga.db.datetimes import storable
 from bsft_saga.delivery import staging
 from bsft_saga.delivery.failures import failure_reason, lost_the_connection, record_failure
@@ -539,12 +539,11 @@ def _run_and_commit(flow: FlowDefinition, plan: _Plan, envelope: Envelope) -> No
                 scope="saga",
             )
         )
-    with telemetry.step_span(
-        flow.saga_type,
-        step_index=plan.step_index,
-        event_type=envelope.event_type,
-        saga_id=plan.saga_id,
-        saga_key=plan.correlation_key,
+    with (
+        saga_scope(SagaInScope(flow.saga_type, plan.correlation_key, plan.saga_id)),
+        telemetry.step_span(
+            flow.saga_type, step_index=plan.step_index, event_type=envelope.event_type
+        ),
     ):
         for body in plan.bodies:
             _run_body(body, ctx, envelope.event)
