@@ -123,9 +123,20 @@ test-postgres: venv
 	    echo "SKIPPED: PostgreSQL run — not reachable at $(PG_HOST):$(PG_PORT) (user $(PG_USER)); start it and run 'make test-postgres'"; \
 	fi
 
-# Outside CI an unreachable MariaDB is reported and skipped; under CI=true it fails.
+# mysqlclient (the `mysql` extra) builds against the client library's headers, which a
+# fresh machine may lack: only this run needs it, so `make venv` does not install it.
+MYSQL_DRIVER_HINT := apt-get install default-libmysqlclient-dev build-essential pkg-config
+
+# Outside CI an unreachable MariaDB, or a driver that will not build, is reported and
+# skipped; under CI=true either fails.
 test-mariadb: venv
-	@if $(PY) -c "$$MARIADB_CHECK"; then \
+	@if ! $(PY) -c "import MySQLdb" 2>/dev/null && ! $(PY) -m pip install --quiet -e '.[dev,mysql]'; then \
+	    if [ "$${CI:-}" = "true" ]; then \
+	        echo "ERROR: mysqlclient did not build ($(MYSQL_DRIVER_HINT)); CI requires it" >&2; \
+	        exit 1; \
+	    fi; \
+	    echo "SKIPPED: MariaDB run — mysqlclient did not build; $(MYSQL_DRIVER_HINT), then run 'make test-mariadb'"; \
+	elif $(PY) -c "$$MARIADB_CHECK"; then \
 	    echo "DATABASE_URL=$(MARIADB_DATABASE_URL) $(PYTEST) $(PYTEST_ARGS)"; \
 	    BSFT_SAGA_MARIADB_HOST=$(MARIADB_HOST) BSFT_SAGA_MARIADB_PORT=$(MARIADB_PORT) \
 	    BSFT_SAGA_MARIADB_USER=$(MARIADB_USER) DATABASE_URL=$(MARIADB_DATABASE_URL) \
