@@ -23,9 +23,12 @@ from __future__ import annotations
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
-from django.db import models
-from django.db.models import Exists, Min, OuterRef, Q
+from django.db import connections, models
+from django.db.models import Exists, F, Min, OuterRef, Q
+from django.db.models.expressions import Combinable
 from django.db.models.functions import Coalesce
+
+from bsft_saga.db.mysql import StoredReadyAt, stores_ready_order
 
 if TYPE_CHECKING:
     # Named in the string type arguments of the QuerySet bases below.
@@ -82,7 +85,27 @@ class DeliveryQuerySet(models.QuerySet[M]):
         delivered nor dead-lettered): the only rows a claim can hold."""
         raise NotImplementedError
 
-    def _ready_at(self) -> Coalesce:
+    def _ready_at(self) -> Combinable:
+        # MariaDB and MySQL have neither partial indexes nor (MariaDB) indexes on an
+        # expression: without an index in its order, a claim would read and lock every
+        # ready row to sort them before its LIMIT, and concurrent claims would take turns.
+        # There the ready time is a stored column with an index of its own, NULL once the
+        # row is retired (migration 0004_mysql_ready_order).
+        if self._stores_ready_order():
+            return StoredReadyAt()
+        return self._ready_expression()
+
+    def _stores_ready_order(self) -> bool:
+        return stores_ready_order(connections[self.db])
+
+    def _with_ready_time(self: Q_) -> Q_:
+        # The rows the ready order holds: the pending ones. The stored ready_at is NULL once
+        # a row is retired, so there the pending condition is left out: InnoDB's planner
+        # would take it to the index on dispatched_at (or delivered_at, dead_lettered_at),
+        # created over every row there, and sort the pending rows before the LIMIT.
+        return self if self._stores_ready_order() else self.pending()
+
+    def _ready_expression(self) -> Combinable:
         # The expression of the partial "ready" indexes: keep the two spelled the same (one
         # flat COALESCE; a nested one would not match the index).
         return Coalesce("next_attempt_at", *self.ready_fields)
@@ -93,13 +116,16 @@ class DeliveryQuerySet(models.QuerySet[M]):
 
     def first_ready_at(self) -> datetime | None:
         """When the first pending row becomes ready (due, or past its back-off); None: none."""
-        first: datetime | None = self.pending().aggregate(first=Min(self._ready_at()))["first"]
+        ready_at = self._ready_at()
+        first: datetime | None = self._with_ready_time().aggregate(first=Min(ready_at))["first"]
         return first
 
     def claimable(self: Q_, now: datetime) -> Q_:
-        """Pending rows a pass may claim at ``now``: ready, past any back-off, held by nobody."""
+        """Pending rows a pass may claim at ``now``: ready, past any back-off, held by nobody,
+        in the order they became ready (read down an index in that order on every database:
+        concurrent claims lock only the rows they take)."""
         return (
-            self.pending()
+            self._with_ready_time()
             .in_ready_order()
             .filter(ready_at__lte=now)
             .exclude(claimed_until__gte=now)
@@ -234,22 +260,9 @@ class SagaKeptEventQuerySet(DeliveryQuerySet["SagaKeptEvent"]):
         """Kept events still to be applied (not dead-lettered)."""
         return self.filter(dead_lettered_at__isnull=True)
 
-    def claimable(self, now: datetime) -> SagaKeptEventQuerySet:
-        """Kept events whose saga is at their step, past any back-off, held by nobody, in
-        the order they became ready (the partial index ``bsft_saga_kept_ready_idx``)."""
-        return (
-            self.pending()
-            .filter(next_attempt_at__lte=now)
-            .exclude(claimed_until__gte=now)
-            .order_by("next_attempt_at", "pk")
-        )
-
-    def in_ready_order(self) -> SagaKeptEventQuerySet:
-        return self.order_by("next_attempt_at", "pk")
-
-    def first_ready_at(self) -> datetime | None:
-        first: datetime | None = self.pending().aggregate(first=Min("next_attempt_at"))["first"]
-        return first
+    def _ready_expression(self) -> Combinable:
+        # The column of the partial index bsft_saga_kept_ready_idx, (next_attempt_at, id).
+        return F("next_attempt_at")
 
     def waiting(self, now: datetime) -> SagaKeptEventQuerySet:
         """Kept events whose saga has not reached their step (or has no saga yet)."""

@@ -12,6 +12,14 @@ migration compares every text column byte for byte and without padding (keys ``"
 ``"a-1"`` and ``"a-1 "`` are three keys, as on PostgreSQL), whatever the database's
 default collation.
 
+A pass claims ready rows in the order they become ready. On PostgreSQL and SQLite a partial
+index on that expression serves the claim; Django creates neither partial indexes nor, on
+MariaDB, indexes on an expression there. Migration ``0004_mysql_ready_order`` gives each
+table a stored generated column ``ready_at`` instead (the ready time while the row is
+pending, NULL once it is retired) and an index over ``(ready_at, id)``, and the querysets
+order and filter by :class:`StoredReadyAt` on MariaDB and MySQL, so that a claim reads only
+the rows it takes, in order, and concurrent claims lock disjoint batches.
+
 The claim of due rows needs ``SELECT ... FOR UPDATE SKIP LOCKED``: MariaDB 10.6 and
 MySQL 8.0.1 are the first with it. The guarantees also need ``READ COMMITTED``: under
 ``REPEATABLE READ`` (MariaDB's and MySQL's default) a transaction keeps reading the
@@ -22,20 +30,24 @@ would compare against rows other transactions have already changed.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
 from django.core.checks import CheckMessage
 from django.db.backends.base.base import BaseDatabaseWrapper
+from django.db.models import DateTimeField, Expression
 
 __all__ = [
     "GENERATED_UNIQUE_CONSTRAINTS",
     "MINIMUM_MARIADB",
     "MINIMUM_MYSQL",
+    "READY_AT_COLUMN",
+    "StoredReadyAt",
     "VendorModelChecks",
     "isolation_level",
     "retrying_deadlocks",
     "storable_uuid",
+    "stores_ready_order",
     "unsupported_version",
 ]
 
@@ -52,6 +64,9 @@ GENERATED_UNIQUE_CONSTRAINTS = frozenset(
         "bsft_saga_kept_once_per_key",
     }
 )
+#: The stored generated column of migration ``0004_mysql_ready_order``: a pending row's ready
+#: time (NULL once it is retired), indexed with ``id`` in the claim's order.
+READY_AT_COLUMN = "ready_at"
 #: The isolation levels under which bsft_saga's guarantees hold on MariaDB and MySQL.
 SAFE_ISOLATION_LEVELS = frozenset({"read committed"})
 
@@ -115,6 +130,51 @@ def storable_uuid(value: uuid.UUID, *, field: str, where: str) -> uuid.UUID:
         f"{where}: {field} {value} cannot be stored: MariaDB's UUID column refuses UUID "
         f"version {version}; use a version 1 to 7 UUID (uuid.uuid4(), uuid.uuid5())"
     )
+
+
+class StoredReadyAt(Expression):
+    """A row's ``ready_at`` column on MariaDB and MySQL: when it becomes ready while it is
+    pending, NULL once it is retired (migration ``0004_mysql_ready_order``).
+
+    The database computes it on every write; no model declares it, so this expression
+    names the column of the query's own table (relabeled with it in a subquery). Filtered
+    with ``<=`` it holds pending rows alone, and ordered with ``id`` it is read down the
+    index ``(ready_at, id)`` with no sort.
+    """
+
+    output_field = DateTimeField()
+
+    def __init__(self, alias: str | None = None) -> None:
+        super().__init__()
+        self.alias = alias
+
+    def resolve_expression(
+        self,
+        query: Any = None,
+        allow_joins: bool = True,
+        reuse: Any = None,
+        summarize: bool = False,
+        for_save: bool = False,
+    ) -> StoredReadyAt:
+        return StoredReadyAt(query.get_initial_alias())
+
+    def relabeled_clone(self, change_map: Mapping[str, str]) -> StoredReadyAt:
+        return StoredReadyAt(change_map.get(self.alias, self.alias) if self.alias else None)
+
+    def get_group_by_cols(self) -> list[Any]:
+        return [self]
+
+    def as_sql(self, compiler: Any, connection: Any) -> tuple[str, tuple[Any, ...]]:
+        if self.alias is None:
+            raise ValueError("StoredReadyAt must be resolved against a query first")
+        column = connection.ops.quote_name(READY_AT_COLUMN)
+        return f"{compiler.quote_name_unless_alias(self.alias)}.{column}", ()
+
+
+def stores_ready_order(connection: BaseDatabaseWrapper) -> bool:
+    """Whether the claim's ready order is read from :class:`StoredReadyAt` on
+    ``connection`` (MariaDB and MySQL) rather than from the expression itself."""
+    return connection.vendor == "mysql"
 
 
 T = TypeVar("T")

@@ -1,8 +1,9 @@
 """A MariaDB database is set up whole by ``migrate``, and checked by ``check``, in a fresh
 ``manage.py`` process against the machine's real MariaDB: the tables, the unique indexes over
-generated columns that stand for the partial unique constraints (migration 0003), and the
-warning of an isolation level that would break the guarantees. (The versions that E003
-refuses, older than any server here, are in tests/db/test_mysql.py.)
+generated columns that stand for the partial unique constraints (migration 0003), the
+stored ready times of the claim's order (migration 0004), and the warning of an isolation
+level that would break the guarantees. (The versions that E003 refuses, older than any
+server here, are in tests/db/test_mysql.py.)
 """
 
 from __future__ import annotations
@@ -102,7 +103,8 @@ def test_migrate_creates_the_unique_indexes_of_the_partial_constraints(
     generated = _query(
         migrated_database,
         "SELECT COLUMN_NAME, GENERATION_EXPRESSION FROM information_schema.COLUMNS "
-        "WHERE TABLE_SCHEMA = DATABASE() AND EXTRA LIKE '%GENERATED%' ORDER BY COLUMN_NAME",
+        "WHERE TABLE_SCHEMA = DATABASE() AND EXTRA LIKE '%GENERATED%' "
+        "AND COLUMN_NAME LIKE '%\\_flag' ORDER BY COLUMN_NAME",
     )
     assert [name for name, _expression in generated] == [
         "active_flag",
@@ -149,3 +151,15 @@ def test_check_warns_of_repeatable_read_naming_the_option(mariadb_database: str)
         "DATABASES['default']: (bsft_saga.W004) DATABASES['default']['OPTIONS']"
         "['isolation_level'] is 'repeatable read'"
     ) in result.stderr
+
+
+def test_migrating_back_to_0003_removes_the_ready_order_columns(migrated_database: str) -> None:
+    result = _manage(migrated_database, "migrate", "bsft_saga", "0003", "--noinput")
+
+    assert result.returncode == 0, result.stderr
+    left = _query(
+        migrated_database,
+        "SELECT TABLE_NAME FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = DATABASE() "
+        "AND COLUMN_NAME = 'ready_at'",
+    )
+    assert left == []
