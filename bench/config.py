@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, fields, replace
 from typing import TypeVar
 
 MIN_ROUNDS = 3
@@ -72,6 +72,10 @@ class Config:
     pg_port: int
     pg_user: str
     database: str  # the bench's own database; its saga tables are truncated freely
+    mariadb_host: str  # the MariaDB server of bench/mariadb.py (the same database name)
+    mariadb_port: int
+    mariadb_user: str  # with no password
+    server: str = "postgresql"  # the server database_url() names: "postgresql" or "mariadb"
 
     @property
     def size(self) -> str:
@@ -80,7 +84,15 @@ class Config:
         return "full" if all(v >= full[k] for k, v in asdict(self.sizes).items()) else "smoke"
 
     def database_url(self, name: str | None = None) -> str:
-        return f"postgres://{self.pg_user}@{self.pg_host}:{self.pg_port}/{name or self.database}"
+        """The URL of the bench's database (or ``name``) on ``server``."""
+        name = name or self.database
+        if self.server == "mariadb":
+            return f"mysql://{self.mariadb_user}@{self.mariadb_host}:{self.mariadb_port}/{name}"
+        return f"postgres://{self.pg_user}@{self.pg_host}:{self.pg_port}/{name}"
+
+    def on_mariadb(self) -> Config:
+        """This configuration with ``database_url()`` on the MariaDB server."""
+        return replace(self, server="mariadb")
 
 
 def from_environment(environ: dict[str, str] | None = None) -> Config:
@@ -109,6 +121,9 @@ def from_environment(environ: dict[str, str] | None = None) -> Config:
         pg_port=_positive(env, "BENCH_PG_PORT", 5432),
         pg_user=env.get("BENCH_PG_USER", "postgres"),
         database=database,
+        mariadb_host=env.get("BENCH_MARIADB_HOST", "127.0.0.1"),
+        mariadb_port=_positive(env, "BENCH_MARIADB_PORT", 3306),
+        mariadb_user=env.get("BENCH_MARIADB_USER", "root"),
     )
 
 

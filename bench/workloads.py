@@ -14,7 +14,7 @@ writes, whatever columns the library adds while it is being tuned.
 
 The poll's tables are the same clones, with all but a batch of the timers moved a day or
 more into the future. On SQLite (the embedded default's drain figure) the same clones are
-made in Python and written with ``bulk_create`` (``write_anywhere``).
+made in Python and written with ``bulk_create`` (``write_anywhere``), and so on MariaDB.
 
 Two more backlogs are cloned the same way. **W2**: ``NoticeFlow`` sagas
 (tests/testapp/dispatch_flows.py), each with two due timers, "reminder" and "final-notice",
@@ -100,12 +100,19 @@ def write(backlog: Backlog, timers: int, *, timer_due_at: str | None = None) -> 
 
     One start event is published through the engine and its saga cloned; the template is
     deleted afterwards. Random instants come from a fixed seed: every run gets the same.
+    On another database than PostgreSQL (MariaDB's drain figures) the clones are made by
+    ``write_anywhere``, which keeps the template's ``due_at``.
     """
+    due_at = timer_due_at or backlog.timer_due_at
+    if connection.vendor != "postgresql":
+        if due_at is not None:  # an SQL expression of PostgreSQL's
+            raise WorkloadError(f"{backlog.flow.__name__}: due_at {due_at!r} needs PostgreSQL")
+        write_anywhere(backlog, timers)
+        return
     template = publish(backlog.start(TEMPLATE_KEY))
     saga_id = SagaInboxEntry.objects.get(message_id=template.message_id).saga_id
     with connection.cursor() as cursor:
         cursor.execute("SELECT setseed(0.25)")
-    due_at = timer_due_at or backlog.timer_due_at
     clone_saga(saga_id, backlog.sagas(timers), prefix="w-", timer_due_at=due_at)
     SagaInstance.objects.filter(pk=saga_id).delete()
 
@@ -137,7 +144,9 @@ def write_anywhere(backlog: Backlog, timers: int) -> None:
         rows = list(model._default_manager.filter(**{fk: saga_id}).values())
         copies: list[Any] = []
         for key in keys:
-            new_id = uuid.UUID(hashlib.md5(key.encode()).hexdigest())  # as clone_saga's
+            # Derived from the key as clone_saga's, with the version bits MariaDB's uuid
+            # column insists on.
+            new_id = uuid.UUID(hashlib.md5(key.encode()).hexdigest(), version=4)
             for row in rows:
                 copy = {name: _with_key(value, key) for name, value in row.items()}
                 copy[fk] = new_id
