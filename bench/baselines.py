@@ -16,17 +16,27 @@ claimed by one ``SKIP LOCKED`` poll and committed once. It pays no Python for en
 codecs, signals or model instances, and its statements are prepared by psycopg after their
 fifth use: what is left between the library and it is the price of everything the library
 does for each timer.
+
+The last two, :class:`RawSetDrain` and :class:`RawSetStart`, are what a PostgreSQL expert
+would write for the same rows, psycopg 3 without Django: a statement per table and per
+batch instead of a statement per row (a version-checked ``UPDATE … FROM unnest(…)`` of all
+the batch's sagas, one ``INSERT … SELECT … FROM unnest(…)`` per table), so that a batch
+costs a handful of round trips whatever its size. Nothing in them could be left out and
+still write the same rows: they are the database's real limit for this work, the fair
+ceiling for a library that must also route, guard, retry and tell.
 """
 
 from __future__ import annotations
 
+import os
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
 import psycopg
-from django.db import connection, transaction
+from django.db import connection, models, transaction
 from django.utils import timezone
 from psycopg.types.json import Jsonb
 
@@ -114,7 +124,36 @@ def fire_one_by_hand() -> bool:
 
 
 @dataclass(frozen=True)
-class RawBatch:
+class _RawDrain:
+    """What the raw drains share: a batch per transaction, claimed by one poll."""
+
+    poll: str  # the oldest due pending timers, SKIP LOCKED: (id, saga_id, message_id, event_type)
+
+    @staticmethod
+    def poll_statement() -> str:
+        timers = connection.ops.quote_name(SagaTimeout._meta.db_table)
+        return (
+            f"SELECT id, saga_id, message_id, event_type FROM {timers} "
+            "WHERE dispatched_at IS NULL AND due_at <= %s ORDER BY due_at, id LIMIT %s "
+            "FOR UPDATE SKIP LOCKED"
+        )
+
+    def fire_batch(self, conn: psycopg.Connection[Any], batch_size: int) -> int:
+        """Fire up to ``batch_size`` due reminders in one transaction; how many it fired."""
+        now = datetime.now(UTC)
+        with conn.transaction():
+            timers = conn.execute(self.poll, (now, batch_size)).fetchall()
+            if timers:
+                self.fire(conn, timers, now)
+        return len(timers)
+
+    def fire(self, conn: psycopg.Connection[Any], timers: list[Any], now: datetime) -> None:
+        """Write what firing the polled ``timers`` writes, inside the batch's transaction."""
+        raise NotImplementedError
+
+
+@dataclass(frozen=True)
+class RawBatch(_RawDrain):
     """The raw ceiling: psycopg 3 on a connection of its own, a batch per transaction.
 
     The statements are written once, here, from the models' table and column names (the
@@ -125,7 +164,6 @@ class RawBatch:
     disjoint rows.
     """
 
-    poll: str
     sagas: str
     advance: str
     stamp: str
@@ -136,11 +174,7 @@ class RawBatch:
         timers, instances = quote(SagaTimeout._meta.db_table), quote(SagaInstance._meta.db_table)
         inbox = quote(SagaInboxEntry._meta.db_table)
         return cls(
-            poll=(
-                f"SELECT id, saga_id, message_id, event_type FROM {timers} "
-                "WHERE dispatched_at IS NULL AND due_at <= %s ORDER BY due_at, id LIMIT %s "
-                "FOR UPDATE SKIP LOCKED"
-            ),
+            poll=cls.poll_statement(),
             sagas=f"SELECT id, state, step_index, version FROM {instances} WHERE id = ANY(%s)",
             advance=(
                 f'WITH "w0" AS (UPDATE {instances} SET version = %s, state = %s, '
@@ -156,35 +190,248 @@ class RawBatch:
             ),
         )
 
-    def fire_batch(self, conn: psycopg.Connection[Any], batch_size: int) -> int:
-        """Fire up to ``batch_size`` due reminders in one transaction; how many it fired."""
+    def fire(self, conn: psycopg.Connection[Any], timers: list[Any], now: datetime) -> None:
+        sagas = {
+            saga_id: rest for saga_id, *rest in conn.execute(self.sagas, ([t[1] for t in timers],))
+        }
+        for timer_id, saga_id, message_id, event_type in timers:
+            state, step_index, version = sagas[saga_id]
+            advanced = conn.execute(
+                self.advance,
+                (
+                    version + 1,
+                    Jsonb({**state, "count": state["count"] + 1}),
+                    step_index + 1,
+                    now,
+                    saga_id,
+                    version,
+                    saga_id,
+                    message_id,
+                    event_type,
+                    now,
+                ),
+            )
+            if advanced.rowcount != 1:
+                raise RuntimeError(f"saga {saga_id} changed under its locked timer")
+            conn.execute(self.stamp, (now, TimeoutOutcome.FIRED.value, timer_id))
+
+
+def connect() -> psycopg.Connection[Any]:
+    """A psycopg 3 connection of the raw baselines' own (autocommit: each opens its own
+    transactions) to the database Django uses, ``DATABASE_URL``."""
+    return psycopg.connect(os.environ["DATABASE_URL"], autocommit=True)
+
+
+def _constants(
+    model: type[models.Model], given: Sequence[str]
+) -> tuple[list[str], list[str], list[Any]]:
+    """The columns of ``model`` a baseline leaves at their defaults: (quoted columns, the
+    placeholders that bind them, each cast to its column's type, their values).
+
+    Taken once from the model's fields (the only use of Django), as the ORM would fill them
+    in, so that the raw rows stay the engine's when the library adds a column.
+    """
+    quote = connection.ops.quote_name
+    columns, placeholders, values = [], [], []
+    for field in model._meta.concrete_fields:
+        column = field.column
+        assert column is not None  # a concrete field has a column
+        if isinstance(field, models.AutoField) or column in given:
+            continue  # BigAutoField too: the identity numbers the rows
+        value = field.get_default()
+        columns.append(quote(column))
+        placeholders.append(f"CAST(%s AS {field.db_type(connection)})")
+        values.append(Jsonb(value) if isinstance(field, models.JSONField) else value)
+    return columns, placeholders, values
+
+
+def _insert_unnest(
+    model: type[models.Model], given: dict[str, str], varying: dict[str, str]
+) -> tuple[str, list[Any]]:
+    """``INSERT … SELECT … FROM unnest(…)`` into ``model``'s table: one scalar parameter per
+    column of ``given`` (column: an SQL expression over ``%s``), one array parameter per
+    column of ``varying`` (column: its SQL array type), the model's defaults for the rest.
+
+    Returns the statement and the defaults' values; it binds ``given``'s values, then the
+    defaults, then the arrays.
+    """
+    quote = connection.ops.quote_name
+    columns, placeholders, defaults = _constants(model, [*given, *varying])
+    targets = [*(quote(c) for c in given), *columns, *(quote(c) for c in varying)]
+    selected = [*given.values(), *placeholders, *(f"v.{quote(c)}" for c in varying)]
+    arrays = ", ".join(f"CAST(%s AS {array})" for array in varying.values())
+    statement = (
+        f"INSERT INTO {quote(model._meta.db_table)} ({', '.join(targets)}) "
+        f"SELECT {', '.join(selected)} "
+        f"FROM unnest({arrays}) AS v({', '.join(quote(c) for c in varying)})"
+    )
+    return statement, defaults
+
+
+@dataclass(frozen=True)
+class RawSetDrain(_RawDrain):
+    """The set-based ceiling of the drain: psycopg 3, a statement per table per batch.
+
+    Per batch, in one transaction: the poll (``RawBatch``'s: ``SELECT … FOR UPDATE SKIP
+    LOCKED`` of the oldest due pending timers, ``LIMIT`` ``batch_size``, down the same
+    partial index), their sagas locked in ``id`` order (the library's lock order, so that
+    concurrent loops cannot deadlock) and read, each saga's new state made in Python (count
+    + 1 per timer, step, version), then three writes whatever the batch's size: one
+    version-checked ``UPDATE … FROM unnest(…)`` of all the sagas, one ``INSERT … SELECT …
+    FROM unnest(…)`` of all the inbox rows, one ``UPDATE … WHERE id = ANY(…)`` stamping all
+    the timers fired. It leaves the rows ``RawBatch`` and ``fire_one_by_hand`` leave.
+    """
+
+    lock: str
+    advance: str
+    inbox: str
+    stamp: str
+
+    @classmethod
+    def for_models(cls) -> RawSetDrain:
+        quote = connection.ops.quote_name
+        instances, timers = quote(SagaInstance._meta.db_table), quote(SagaTimeout._meta.db_table)
+        inbox = quote(SagaInboxEntry._meta.db_table)
+        return cls(
+            poll=cls.poll_statement(),
+            lock=(
+                f"SELECT id, state, step_index, version FROM {instances} "
+                "WHERE id = ANY(CAST(%s AS uuid[])) ORDER BY id FOR UPDATE"
+            ),
+            advance=(
+                f"UPDATE {instances} AS s SET version = v.version, state = v.state, "
+                "step_index = v.step_index, updated_at = %s, is_complete = false, "
+                "completed_at = NULL FROM unnest(CAST(%s AS uuid[]), CAST(%s AS integer[]), "
+                "CAST(%s AS integer[]), CAST(%s AS jsonb[]), CAST(%s AS integer[])) "
+                "AS v(id, was, version, state, step_index) "
+                "WHERE s.id = v.id AND s.version = v.was AND s.is_complete = false"
+            ),
+            inbox=(
+                f"INSERT INTO {inbox} (saga_id, message_id, event_type, handled_at) "
+                "SELECT v.saga_id, v.message_id, v.event_type, %s FROM unnest("
+                "CAST(%s AS uuid[]), CAST(%s AS uuid[]), CAST(%s AS varchar(200)[])) "
+                "AS v(saga_id, message_id, event_type)"
+            ),
+            stamp=(
+                f"UPDATE {timers} SET dispatched_at = %s, outcome = %s, claimed_until = NULL, "
+                "next_attempt_at = NULL "
+                "WHERE id = ANY(CAST(%s AS bigint[])) AND dispatched_at IS NULL"
+            ),
+        )
+
+    def fire(self, conn: psycopg.Connection[Any], timers: list[Any], now: datetime) -> None:
+        locked = conn.execute(self.lock, (list({t[1] for t in timers}),)).fetchall()
+        sagas = {
+            saga_id: [state, step_index, version] for saga_id, state, step_index, version in locked
+        }
+        was = {saga_id: saga[2] for saga_id, saga in sagas.items()}
+        for _timer_id, saga_id, _message_id, _event_type in timers:
+            saga = sagas[saga_id]  # two timers of one saga in a batch would count twice
+            saga[0] = {**saga[0], "count": saga[0]["count"] + 1}
+            saga[1] += 1
+            saga[2] += 1
+        ids = list(sagas)
+        advanced = conn.execute(
+            self.advance,
+            (
+                now,
+                ids,
+                [was[i] for i in ids],
+                [sagas[i][2] for i in ids],
+                [Jsonb(sagas[i][0]) for i in ids],
+                [sagas[i][1] for i in ids],
+            ),
+        )
+        if advanced.rowcount != len(ids):
+            raise RuntimeError("a saga changed under its locked timer")
+        columns = list(zip(*timers, strict=True))
+        conn.execute(self.inbox, (now, list(columns[1]), list(columns[2]), list(columns[3])))
+        stamped = conn.execute(self.stamp, (now, TimeoutOutcome.FIRED.value, list(columns[0])))
+        if stamped.rowcount != len(timers):
+            raise RuntimeError("a timer was fired under its lock")
+
+
+@dataclass(frozen=True)
+class RawSetStart:
+    """The set-based ceiling of the step: what ``start_by_hand`` writes for a batch of start
+    events, in three ``INSERT … SELECT … FROM unnest(…)`` (the instances, their inbox rows,
+    their reminders) and one commit, psycopg 3 on a connection of its own."""
+
+    instances: str
+    instance_defaults: list[Any]
+    inbox: str
+    inbox_defaults: list[Any]
+    timers: str
+    timer_defaults: list[Any]
+
+    @classmethod
+    def for_models(cls) -> RawSetStart:
+        moment = "CAST(%s AS timestamp with time zone)"
+        instances, instance_defaults = _insert_unnest(
+            SagaInstance,
+            {
+                "saga_type": "CAST(%s AS varchar(200))",
+                "state_type": "CAST(%s AS varchar(300))",
+                "step_index": "CAST(%s AS integer)",
+                "created_at": moment,
+                "updated_at": moment,
+                "version": "CAST(%s AS integer)",
+            },
+            {"id": "uuid[]", "correlation_key": "varchar(200)[]", "state": "jsonb[]"},
+        )
+        inbox, inbox_defaults = _insert_unnest(
+            SagaInboxEntry,
+            {"event_type": "CAST(%s AS varchar(200))", "handled_at": moment},
+            {"saga_id": "uuid[]", "message_id": "uuid[]"},
+        )
+        timers, timer_defaults = _insert_unnest(
+            SagaTimeout,
+            {
+                "name": "CAST(%s AS varchar(200))",
+                "due_at": moment,
+                "event_type": "CAST(%s AS varchar(200))",
+                "scheduled_step_index": "CAST(%s AS integer)",
+                "scheduled_at": moment,
+            },
+            {
+                "saga_id": "uuid[]",
+                "payload": "jsonb[]",
+                "message_id": "uuid[]",
+                "correlation_id": "varchar(200)[]",
+            },
+        )
+        return cls(instances, instance_defaults, inbox, inbox_defaults, timers, timer_defaults)
+
+    def start_batch(self, conn: psycopg.Connection[Any], keys: Sequence[str], note: str) -> None:
+        """Write the rows of one start event per key in ``keys``, in one transaction."""
         now = datetime.now(UTC)
+        ids = [uuid.uuid4() for _ in keys]
         with conn.transaction():
-            timers = conn.execute(self.poll, (now, batch_size)).fetchall()
-            if not timers:
-                return 0
-            sagas = {
-                saga_id: rest
-                for saga_id, *rest in conn.execute(self.sagas, ([t[1] for t in timers],))
-            }
-            for timer_id, saga_id, message_id, event_type in timers:
-                state, step_index, version = sagas[saga_id]
-                advanced = conn.execute(
-                    self.advance,
-                    (
-                        version + 1,
-                        Jsonb({**state, "count": state["count"] + 1}),
-                        step_index + 1,
-                        now,
-                        saga_id,
-                        version,
-                        saga_id,
-                        message_id,
-                        event_type,
-                        now,
-                    ),
-                )
-                if advanced.rowcount != 1:
-                    raise RuntimeError(f"saga {saga_id} changed under its locked timer")
-                conn.execute(self.stamp, (now, TimeoutOutcome.FIRED.value, timer_id))
-        return len(timers)
+            conn.execute(
+                self.instances,
+                (
+                    *(_SAGA_TYPE, _STATE_TYPE, 1, now, now, 1),
+                    *self.instance_defaults,
+                    *(ids, list(keys), [Jsonb({"note": note}) for _ in keys]),
+                ),
+            )
+            conn.execute(
+                self.inbox,
+                (
+                    *(_START_EVENT_TYPE, now),
+                    *self.inbox_defaults,
+                    *(ids, [uuid.uuid4() for _ in keys]),
+                ),
+            )
+            conn.execute(
+                self.timers,
+                (
+                    *(BENCH_REMINDER_TIMER, now + BENCH_REMINDER_DELAY, _REMINDER_EVENT_TYPE),
+                    *(1, now),
+                    *self.timer_defaults,
+                    ids,
+                    [Jsonb({"request_id": key}) for key in keys],
+                    [uuid.uuid4() for _ in keys],
+                    [uuid.uuid4().hex for _ in keys],
+                ),
+            )

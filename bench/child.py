@@ -14,6 +14,9 @@
     The raw ceiling of bench/baselines.py (``RawBatch``: psycopg 3 on a connection of its
     own, a batch of ``--batch-size``, the library's ``BATCH_SIZE`` by default, per commit),
     until no reminder is due.
+``python -m bench.child raw-set [--batch-size N] --ready-file F --go-file G``
+    The set-based ceiling of bench/baselines.py (``RawSetDrain``: the same poll and batch,
+    a statement per table per batch), until no reminder is due.
 ``python -m bench.child poll --rows N --due M [--batch-size N]``
     Migrates its (empty) database, writes N pending timers of which M are due, then answers
     ``claim K`` lines on stdin with the milliseconds of K claims (each rolled back).
@@ -48,7 +51,16 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
         "mode",
-        choices=("drain", "handwritten", "raw", "poll", "sqlite-step", "sqlite-drain", "publish"),
+        choices=(
+            "drain",
+            "handwritten",
+            "raw",
+            "raw-set",
+            "poll",
+            "sqlite-step",
+            "sqlite-drain",
+            "publish",
+        ),
     )
     parser.add_argument("--batch-size", type=int, default=None)
     parser.add_argument("--ready-file", type=Path)
@@ -72,7 +84,7 @@ def main() -> int:
     import django
 
     django.setup()
-    if args.mode in ("drain", "handwritten", "raw"):
+    if args.mode in ("drain", "handwritten", "raw", "raw-set"):
         report = dispatch(args)
     elif args.mode == "poll":
         return poll(args)
@@ -87,10 +99,9 @@ def main() -> int:
 
 
 def dispatch(args: argparse.Namespace) -> dict[str, Any]:
-    import psycopg
     from django.db import connection
 
-    from bench.baselines import RawBatch, fire_one_by_hand
+    from bench.baselines import RawBatch, RawSetDrain, connect, fire_one_by_hand
     from bench.measure import clock
     from bsft_saga import clock as saga_clock
     from bsft_saga.conf import saga_settings
@@ -104,9 +115,9 @@ def dispatch(args: argparse.Namespace) -> dict[str, Any]:
     # The same warm-up for all: a connection, and the ORM's first query behind us.
     connection.ensure_connection()
     SagaTimeout.objects.filter(pk=0).exists()
-    if args.mode == "raw":
-        raw = RawBatch.for_models()
-        raw_connection = psycopg.connect(os.environ["DATABASE_URL"], autocommit=True)
+    if args.mode in ("raw", "raw-set"):
+        raw = RawBatch.for_models() if args.mode == "raw" else RawSetDrain.for_models()
+        raw_connection = connect()
         raw_batch = args.batch_size or saga_settings.delivery.batch_size
     rss_ready = max_rss_kb(), current_rss_kb()
     args.ready_file.touch()
@@ -123,7 +134,7 @@ def dispatch(args: argparse.Namespace) -> dict[str, Any]:
             total, passes = total + report, passes + 1
             if not report.settled:
                 break
-    elif args.mode == "raw":
+    elif args.mode in ("raw", "raw-set"):
         while fired := raw.fire_batch(raw_connection, raw_batch):
             total, passes = total + DrainReport(fired=fired), passes + 1
         raw_connection.close()

@@ -5,14 +5,18 @@ two children at once for the scaling figure. **Hand-written**: ``baselines.fire_
 in a loop, in one child. **Raw**: ``baselines.RawBatch`` (psycopg 3 without Django, a
 ``SKIP LOCKED`` poll of ``BATCH_SIZE`` and one commit per batch, the library's statements)
 in a loop, in one child: the ceiling, what firing W costs with no Python but the driver's.
+**Raw set**: ``baselines.RawSetDrain`` (the same poll and batch, then one statement per
+table for the whole batch: a version-checked ``UPDATE … FROM unnest(…)`` of the sagas, one
+``INSERT`` of the inbox rows, one stamp), in one child: what a PostgreSQL expert would
+write, the database's real limit for W.
 Each run starts from the same freshly written W (N due reminders, bench/workloads.py),
 empty tables otherwise, statistics fresh; none of that is timed.
 
 A run's time is from the go file to the last child's finish, as the children report them
 on the system-wide monotonic clock: Django's start-up, connecting and writing W are outside
 it. After every run the rows are checked (each saga woken exactly once) before the rate
-counts. The rounds run library 1p, hand-written 1p, raw 1p, library 2p, library 2p on W2,
-library 1p traced, and again: each ratio is taken between neighbours of one round.
+counts. The rounds run library 1p, hand-written 1p, raw 1p, raw set 1p, library 2p, library
+2p on W2, library 1p traced, and again: each ratio is taken between neighbours of one round.
 
 **Two timers per saga**: W2 (bench/workloads.py) holds as many due timers as W, two per
 saga, fallen due at random instants of the last ten minutes, so that a saga's second timer
@@ -63,8 +67,8 @@ def drain_once(
     traced: bool = False,
 ) -> dict[str, Any]:
     """Write ``backlog`` (W by default) with ``n`` due timers, drain it with ``processes``
-    children of ``mode`` ("drain", "handwritten" or "raw", given ``args``); return the rate and
-    what the children reported."""
+    children of ``mode`` ("drain", "handwritten", "raw" or "raw-set", given ``args``); return
+    the rate and what the children reported."""
     batch = ["--batch-size", str(config.batch_size)] if config.batch_size else []
     n = backlog.timers(n)
     if traced:
@@ -94,6 +98,7 @@ def run(config: Config, workdir: Path) -> Measured:
         "library_1p": [],
         "handwritten_1p": [],
         "raw_batch_1p": [],
+        "raw_set_1p": [],
         "library_2p": [],
         "library_2p_two_timers_per_saga": [],
         "library_1p_traced": [],
@@ -117,6 +122,7 @@ def run(config: Config, workdir: Path) -> Measured:
             "drain: drain_due(), 1 process": lambda: rate("library_1p", "drain", 1),
             "drain: hand-written, 1 process": lambda: rate("handwritten_1p", "handwritten", 1),
             "drain: raw psycopg, 1 process": lambda: rate("raw_batch_1p", "raw", 1),
+            "drain: raw set-based, 1 process": lambda: rate("raw_set_1p", "raw-set", 1),
             "drain: drain_due(), 2 processes": lambda: rate("library_2p", "drain", 2),
             "drain: 2 processes, 2 timers/saga": lambda: rate(
                 "library_2p_two_timers_per_saga", "drain", 2, workloads.NOTICES
@@ -126,7 +132,7 @@ def run(config: Config, workdir: Path) -> Measured:
             ),
         },
     )
-    library_1p, by_hand, raw, library_2p, two_timers, traced = values.values()
+    library_1p, by_hand, raw, raw_set, library_2p, two_timers, traced = values.values()
     database.reset_saga_tables()
     return Measured(
         rounds={
@@ -135,6 +141,8 @@ def run(config: Config, workdir: Path) -> Measured:
             "drain_ratio_vs_handwritten": per_round_ratios(library_1p, by_hand),
             "drain_timers_per_s_raw_batch": raw,
             "drain_ratio_vs_raw_batch": per_round_ratios(library_1p, raw),
+            "drain_timers_per_s_raw_set": raw_set,
+            "drain_ratio_vs_raw_set": per_round_ratios(library_1p, raw_set),
             "drain_scaling_2p_vs_1p": per_round_ratios(library_2p, library_1p),
             "drain_ratio_two_timers_per_saga": per_round_ratios(two_timers, library_2p),
             "drain_ratio_traced_vs_untraced": per_round_ratios(traced, library_1p),

@@ -31,6 +31,8 @@ BEGIN, END = "<!-- bench:results -->", "<!-- /bench:results -->"
 KEYS = (
     "step_events_per_s",
     "step_ratio_vs_handwritten",
+    "step_events_per_s_raw_set",
+    "step_ratio_vs_raw_set",
     "sqlite_step_events_per_s",
     "drain_timers_per_s_1p",
     "sqlite_drain_timers_per_s",
@@ -38,6 +40,8 @@ KEYS = (
     "drain_ratio_vs_handwritten",
     "drain_timers_per_s_raw_batch",
     "drain_ratio_vs_raw_batch",
+    "drain_timers_per_s_raw_set",
+    "drain_ratio_vs_raw_set",
     "drain_scaling_2p_vs_1p",
     "drain_ratio_two_timers_per_saga",
     "drain_ratio_traced_vs_untraced",
@@ -79,6 +83,7 @@ def _key(name: str) -> Callable[[dict[str, float]], float]:
 TARGETS = (
     Target("drain_ratio_vs_handwritten", _key("drain_ratio_vs_handwritten"), ">=", 1.5),
     Target("drain_ratio_vs_raw_batch", _key("drain_ratio_vs_raw_batch"), ">=", 0.5),
+    Target("drain_ratio_vs_raw_set", _key("drain_ratio_vs_raw_set"), ">=", 0.5),
     Target("drain_scaling_2p_vs_1p", _key("drain_scaling_2p_vs_1p"), ">=", 1.6),
     Target("drain_ratio_two_timers_per_saga", _key("drain_ratio_two_timers_per_saga"), ">=", 0.8),
     Target("step_ratio_vs_handwritten", _key("step_ratio_vs_handwritten"), ">=", 1.0),

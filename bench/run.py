@@ -53,7 +53,7 @@ def main() -> int:
     rounds: dict[str, list[float]] = {}
     detail = {}
     try:
-        step.check_baseline_writes_what_the_engine_writes()
+        step.check_baselines_write_what_the_engine_writes()
         progress("counting statements per unit of work")
         counted = statements.count(config.batch_size, batch_size)
         with tempfile.TemporaryDirectory(prefix="bsft-saga-bench-") as tmp:

@@ -6,12 +6,21 @@ key, runs the start step (it sets the state and schedules one reminder) and comm
 window: the instance, its inbox row and the timer row.
 
 **Hand-written**: the same three rows in one ``transaction.atomic()``
-(``baselines.start_by_hand``). ``check_baseline_writes_what_the_engine_writes()`` proves,
-before anything is timed, that the two write the same rows.
+(``baselines.start_by_hand``).
 
-Both run in this process, on the same tables, one event after another, each in its own
-transaction; N events per run, A B A B over the rounds, the tables emptied (untimed)
-before every run. The SQLite figure is the library side alone, in a child on a SQLite file.
+**Raw set**: the same rows for 100 events at a time, in three ``INSERT … SELECT … FROM
+unnest(…)`` (instances, inbox rows, timers) and one commit, psycopg 3 on a connection of its
+own (``baselines.RawSetStart``): what a PostgreSQL expert would write to load start events,
+the database's real limit for this work. Each ``publish()`` here commits its own event, so
+the ratio prices in a commit per event as well as the library's Python.
+
+``check_baselines_write_what_the_engine_writes()`` proves, before anything is timed, that
+both baselines write the rows the engine writes.
+
+All run in this process, on the same tables, the library and the hand-written one event
+after another, each in its own transaction; N events per run, A B C A B C over the rounds,
+the tables emptied (untimed) before every run. The SQLite figure is the library side alone,
+in a child on a SQLite file.
 """
 
 from __future__ import annotations
@@ -19,30 +28,49 @@ from __future__ import annotations
 import itertools
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
+
+import psycopg
 
 from bench import baselines, database, workloads
 from bench.children import on_sqlite
 from bench.config import Config
 from bench.measure import Measured, clock, interleave, per_round_ratios
 from bsft_saga import publish
-from bsft_saga.models import SagaInboxEntry
+from bsft_saga.models import SagaInboxEntry, SagaInstance
+
+EVENTS_PER_COMMIT = 100  # the raw set's batch of start events
 
 _keys = itertools.count()
 
 
-def check_baseline_writes_what_the_engine_writes() -> None:
-    """Refuse to measure if ``start_by_hand`` and the engine no longer write the same rows."""
+def check_baselines_write_what_the_engine_writes() -> None:
+    """Refuse to measure if ``start_by_hand`` or ``RawSetStart`` (for a batch of two) and
+    the engine no longer write the same rows."""
     database.reset_saga_tables()
     envelope = publish(workloads.start_event("by-engine"))
-    engine = SagaInboxEntry.objects.get(message_id=envelope.message_id).saga_id
+    engine = workloads.rows_of(SagaInboxEntry.objects.get(message_id=envelope.message_id).saga_id)
     baselines.start_by_hand("by-hand", workloads.STEP_NOTE)
-    by_hand = SagaInboxEntry.objects.exclude(saga_id=engine).get().saga_id
-    found = workloads.differences(workloads.rows_of(by_hand), workloads.rows_of(engine))
+    with baselines.connect() as conn:
+        baselines.RawSetStart.for_models().start_batch(
+            conn, ["by-raw-set-1", "by-raw-set-2"], workloads.STEP_NOTE
+        )
+    found = []
+    for key, baseline in (
+        ("by-hand", "start_by_hand"),
+        ("by-raw-set-1", "RawSetStart"),
+        ("by-raw-set-2", "RawSetStart"),
+    ):
+        saga = SagaInstance.objects.filter(correlation_key=key).values_list("pk", flat=True)
+        if len(saga) != 1:
+            found.append(f"{baseline} wrote {len(saga)} instances keyed {key!r}, not one")
+            continue
+        differences = workloads.differences(workloads.rows_of(saga[0]), engine)
+        found += [f"{baseline}: {line}" for line in differences]
     database.reset_saga_tables()
     if found:
         raise workloads.WorkloadError(
-            "bench/baselines.py start_by_hand no longer writes what the engine writes:\n  "
-            + "\n  ".join(found)
+            "bench/baselines.py no longer writes what the engine writes:\n  " + "\n  ".join(found)
         )
 
 
@@ -58,28 +86,46 @@ def run(config: Config) -> Measured:
         workloads.check_started(n)
         return rate
 
-    values = interleave(
-        config.sizes.rounds,
-        {
-            "step: publish() (library)": lambda: timed(
-                lambda key: publish(workloads.start_event(key))
-            ),
-            "step: three INSERTs by hand": lambda: timed(
-                lambda key: baselines.start_by_hand(key, workloads.STEP_NOTE)
-            ),
-        },
-    )
-    library, by_hand = values.values()
+    raw_set = baselines.RawSetStart.for_models()
+
+    def timed_in_sets(conn: psycopg.Connection[Any]) -> float:
+        database.reset_saga_tables()
+        began = clock()
+        for first in range(0, n, EVENTS_PER_COMMIT):
+            keys = [f"step-{next(_keys):07d}" for _ in range(min(EVENTS_PER_COMMIT, n - first))]
+            raw_set.start_batch(conn, keys, workloads.STEP_NOTE)
+        rate = n / (clock() - began)
+        workloads.check_started(n)
+        return rate
+
+    with baselines.connect() as conn:
+        values = interleave(
+            config.sizes.rounds,
+            {
+                "step: publish() (library)": lambda: timed(
+                    lambda key: publish(workloads.start_event(key))
+                ),
+                "step: three INSERTs by hand": lambda: timed(
+                    lambda key: baselines.start_by_hand(key, workloads.STEP_NOTE)
+                ),
+                "step: raw set-based, 100 a commit": lambda: timed_in_sets(conn),
+            },
+        )
+    library, by_hand, in_sets = values.values()
     database.reset_saga_tables()
     return Measured(
         rounds={
             "step_events_per_s": library,
             "step_ratio_vs_handwritten": per_round_ratios(library, by_hand),
+            "step_events_per_s_raw_set": in_sets,
+            "step_ratio_vs_raw_set": per_round_ratios(library, in_sets),
         },
         detail={
             "events_per_run": n,
             "library_events_per_s": library,
             "handwritten_events_per_s": by_hand,
+            "raw_set_events_per_s": in_sets,
+            "raw_set_events_per_commit": EVENTS_PER_COMMIT,
         },
     )
 
