@@ -64,11 +64,11 @@ def publish(
     if not correlation_id:  # neither given ("" counts as none) ...
         correlation_id = get_correlation_id()
     if correlation_id:
-        _check_correlation_id(event_type, correlation_id)
+        check_correlation_id(event_type, correlation_id)
     else:  # ... nor ambient: a fresh one, which the steps, timers and events carry on
         correlation_id = new_correlation_id()
     envelope = Envelope(
-        message_id=_as_uuid(message_id, where) if message_id is not None else uuid.uuid4(),
+        message_id=as_uuid(message_id, where) if message_id is not None else uuid.uuid4(),
         event=event,
         event_type=event_type,
         correlation_id=correlation_id,
@@ -113,7 +113,8 @@ def delivery_time(
         ) from None
 
 
-def _check_correlation_id(event_type: str, correlation_id: str) -> None:
+def check_correlation_id(event_type: str, correlation_id: str) -> None:
+    """``TypeError`` or ``ValueError`` if ``correlation_id`` cannot be stored."""
     # Stored with every timer and outbox row (a 200-character column): refused here, before
     # anything is written, rather than by PostgreSQL at commit (SQLite would store it).
     if not isinstance(correlation_id, str):
@@ -146,6 +147,7 @@ async def apublish(event: Any, **kwargs: Any) -> Envelope:
     return envelope
 
 
-def _as_uuid(value: uuid.UUID | str, where: str) -> uuid.UUID:
+def as_uuid(value: uuid.UUID | str, where: str) -> uuid.UUID:
+    """``value`` as a UUID the database can store (``ValueError`` if it cannot)."""
     given = value if isinstance(value, uuid.UUID) else uuid.UUID(str(value))
     return storable_uuid(given, field="message_id", where=where)

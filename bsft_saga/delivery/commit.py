@@ -154,12 +154,7 @@ class CommitGroup(Generic[R]):
             owner = self.channel.saga_of(unit.row)
             if advance is None or owner not in (None, window.saga_id):
                 return None
-            this = (
-                advance.model,
-                tuple(advance.values),
-                tuple(advance.where),
-                tuple(into for into, _row in advance.then),
-            )
+            this = shape_of(advance)
             if shape not in (None, this):
                 return None
             shape = this
@@ -192,19 +187,10 @@ class CommitGroup(Generic[R]):
         outcomes: list[tuple[R, Outcome]] = []
         conflicted: list[R] = []
         channel = self.channel
-        written = [advance for advance in advances if advance is not None]
-        matched: set[Any] = set()
-        if written:
-            first = written[0]
-            matched = sql.update_then_insert_each(
-                first.model,
-                [(advance.values, advance.where) for advance in written],
-                then=[
-                    (into, [advance.then[n][1] for advance in written])
-                    for n, (into, _row) in enumerate(first.then)
-                ],
-            )
-        advanced = [advance is not None and _key(advance) in matched for advance in advances]
+        matched = advance_each([advance for advance in advances if advance is not None])
+        advanced = [
+            advance is not None and advanced_saga(advance) in matched for advance in advances
+        ]
         stamping = [
             unit
             for unit, advance, done in zip(units, advances, advanced, strict=True)
@@ -331,9 +317,38 @@ class CommitGroup(Generic[R]):
         retirement.journal()
 
 
-def _key(advance: Advance) -> Any:
+def advance_each(advances: list[Advance]) -> set[Any]:
+    """Write ``advances`` (of one shape), each with its inbox row and journal entry: one
+    statement on PostgreSQL, its sagas locked in ``id`` order first; return the ids of the
+    sagas whose version check held."""
+    if not advances:
+        return set()
+    first = advances[0]
+    return sql.update_then_insert_each(
+        first.model,
+        [(advance.values, advance.where) for advance in advances],
+        then=[
+            (into, [advance.then[n][1] for advance in advances])
+            for n, (into, _row) in enumerate(first.then)
+        ],
+    )
+
+
+def advanced_saga(advance: Advance) -> Any:
+    """The id of the saga ``advance`` writes (what :func:`advance_each` returns of it)."""
     pk = advance.model._meta.pk
     return advance.where[pk.name]
+
+
+def shape_of(advance: Advance) -> tuple[Any, ...]:
+    """What advances written together by :func:`advance_each` must share: the model, the
+    columns set and compared, the tables written with each."""
+    return (
+        advance.model,
+        tuple(advance.values),
+        tuple(advance.where),
+        tuple(into for into, _row in advance.then),
+    )
 
 
 class _Progress:

@@ -13,7 +13,8 @@ import logging
 import random
 import time
 import uuid
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Iterator
+from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, replace
 from datetime import datetime
@@ -54,17 +55,74 @@ def handle(envelope: Envelope) -> None:
         _handle_deadline(envelope)
         return
     for flow in flow_registry.flows_for(envelope.event_type):
-        keys: dict[str, tuple[set[int], set[int]]] = {}
-        for step_index, trigger in flow.routes(envelope.event_type):
-            key = trigger.key_for(envelope.event, where=partial(flow.where, step_index))
-            keys.setdefault(key, (set(), set()))[0].add(step_index)
-        for step_index, trigger in flow.meanwhile_routes(envelope.event_type):
-            key = trigger.key_for(envelope.event, where=partial(flow.where, step_index))
-            keys.setdefault(key, (set(), set()))[1].add(step_index)
-        for key, (step_indices, meanwhile) in keys.items():
+        for key, (step_indices, meanwhile) in _keys(flow, envelope).items():
             _apply(
                 flow, envelope, partial(_plan_step, flow, key, step_indices, envelope, meanwhile)
             )
+
+
+def lookups(envelope: Envelope) -> list[tuple[str, str, bool]]:
+    """The questions :func:`handle` asks the lookup for ``envelope``, as ``(saga_type,
+    correlation_key, or_finished)`` (``lookup.instance_for``), to read them in advance.
+
+    Runs the flows' key selectors (which must not depend on anything but the event); the
+    deadline event and a timer's event ask nothing here.
+    """
+    if envelope.event_type == DEADLINE_EVENT_TYPE or envelope.timer is not None:
+        return []
+    return [
+        (flow.saga_type, key, 0 in step_indices and flow_registry.is_current(flow))
+        for flow in flow_registry.flows_for(envelope.event_type)
+        for key, (step_indices, _meanwhile) in _keys(flow, envelope).items()
+    ]
+
+
+def _keys(flow: FlowDefinition, envelope: Envelope) -> dict[str, tuple[set[int], set[int]]]:
+    """The keys of ``flow`` the event is for: the steps awaiting it and those whose
+    ``meanwhile`` takes it, by key."""
+    keys: dict[str, tuple[set[int], set[int]]] = {}
+    for step_index, trigger in flow.routes(envelope.event_type):
+        key = trigger.key_for(envelope.event, where=partial(flow.where, step_index))
+        keys.setdefault(key, (set(), set()))[0].add(step_index)
+    for step_index, trigger in flow.meanwhile_routes(envelope.event_type):
+        key = trigger.key_for(envelope.event, where=partial(flow.where, step_index))
+        keys.setdefault(key, (set(), set()))[1].add(step_index)
+    return keys
+
+
+@dataclass(frozen=True)
+class Handled:
+    """What handling an envelope did for one flow that awaits its type (:func:`observing`)."""
+
+    saga_type: str
+    outcome: str  # "applied" | "kept" | "ignored"
+    #: Why it was ignored: the reason ``bsft.saga.event.ignored`` counts it under.
+    reason: str = ""
+    saga_id: uuid.UUID | None = None  # the saga it was applied to
+    starts: bool = False  # the saga it was applied to is new
+
+
+_observing: ContextVar[tuple[uuid.UUID, list[Handled]] | None] = ContextVar(
+    "bsft_saga_observing", default=None
+)
+
+
+@contextmanager
+def observing(message_id: uuid.UUID) -> Iterator[list[Handled]]:
+    """While the envelope ``message_id`` is handled, collect what became of it, flow by
+    flow (a flow's windows may be staged, and written later)."""
+    handled: list[Handled] = []
+    token = _observing.set((message_id, handled))
+    try:
+        yield handled
+    finally:
+        _observing.reset(token)
+
+
+def _observe(envelope: Envelope, handled: Handled) -> None:
+    current = _observing.get()
+    if current is not None and current[0] == envelope.message_id:
+        current[1].append(handled)
 
 
 @dataclass(frozen=True)
@@ -193,6 +251,7 @@ def _fresh(
 
 def _ignore(flow: FlowDefinition, envelope: Envelope, ignored: _Ignored) -> None:
     telemetry.count_ignored(flow.saga_type, ignored.reason)
+    _observe(envelope, Handled(flow.saga_type, "ignored", ignored.reason))
     logger.debug(
         "bsft_saga: %s %s ignored by flow %s (%r), key %r, step %s: %s",
         envelope.event_type,
@@ -297,6 +356,7 @@ def _keep(flow: FlowDefinition, keeping: _Keep | _KeepForKey, envelope: Envelope
         return
     if outcome == kept.OVER_LIMIT:
         telemetry.count_ignored(flow.saga_type, "kept_limit")
+        _observe(envelope, Handled(flow.saga_type, "ignored", "kept_limit"))
         logger.warning(
             "bsft_saga: %s %s not kept by flow %s (%r), key %r: %s events are kept for it "
             "already (ENGINE.MAX_KEPT_EVENTS_PER_SAGA); ignored",
@@ -318,6 +378,7 @@ def _keep(flow: FlowDefinition, keeping: _Keep | _KeepForKey, envelope: Envelope
         "- (no saga yet)" if step is None else step,
         keeping.for_step,
     )
+    _observe(envelope, Handled(flow.saga_type, "kept"))
 
 
 # The sagas whose kept events apply_kept is applying in this context: the windows it
@@ -585,6 +646,7 @@ def _run_and_commit(flow: FlowDefinition, plan: _Plan, envelope: Envelope) -> No
             trace_context=trace_context,
         )
     )
+    _observe(envelope, Handled(flow.saga_type, "applied", saga_id=plan.saga_id, starts=plan.is_new))
 
 
 def _journal_kind(plan: _Plan, envelope: Envelope, *, completes: bool) -> JournalKind:

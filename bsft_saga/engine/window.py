@@ -23,7 +23,7 @@ no more statements than they must (``tests/delivery/test_delivery_statements.py`
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -97,7 +97,8 @@ def commit(transition: Transition) -> None:
     t = transition
     stager = staging.stager_for(t.envelope)
     if stager is not None:
-        stager.stage(_Staged(t))
+        # A stager that is no pass (``publish_many``) says how its events arrived.
+        stager.stage(_Staged(t, via=getattr(stager, "journal_via", None)))
         return
     via = JournalVia.KEPT if t.kept_id is not None else JournalVia.PUBLISH
     try:
@@ -124,14 +125,16 @@ class _Staged:
     advance and the inbox row (or the whole new instance), then :meth:`write`, the rest.
     """
 
-    def __init__(self, transition: Transition) -> None:
+    def __init__(self, transition: Transition, *, via: JournalVia | None = None) -> None:
         self.transition = transition
         self.saga_id = transition.saga_id
         self.saga_type = transition.saga_type
         self.correlation_key = transition.correlation_key
         self.creates = transition.is_new
-        # Staged: delivered by a pass, for a timer or an outbox row.
-        self.via = JournalVia.OUTBOX if transition.envelope.timer is None else JournalVia.TIMER
+        # Staged by a pass, unless ``via`` says otherwise: for a timer or an outbox row.
+        if via is None:
+            via = JournalVia.OUTBOX if transition.envelope.timer is None else JournalVia.TIMER
+        self.via = via
         self._written = _Written()
 
     def lock(self) -> None:
@@ -158,6 +161,25 @@ class _Staged:
         return _lost_a_race(self.transition)
 
 
+def create_each(windows: Sequence[staging.StagedWindow]) -> None:
+    """What :meth:`~staging.StagedWindow.lock` writes for each of ``windows`` (windows staged
+    here that create their instance), for all of them at once: one INSERT per table (on
+    PostgreSQL one statement, while its parameters fit). All or nothing: an
+    ``IntegrityError`` (a key's instance created meanwhile) writes none of them. Then
+    :meth:`~staging.StagedWindow.write` each, as after :meth:`~staging.StagedWindow.lock`.
+    """
+    staged = [window for window in windows if isinstance(window, _Staged) and window.creates]
+    assert len(staged) == len(windows), "create_each takes creating windows staged here"
+    tables: dict[type[Any], list[dict[str, Any]]] = {}
+    for window in staged:
+        rows, window._written = _creation(window.transition, window.via)
+        for model, values in rows:
+            tables.setdefault(model, []).extend(values)
+    sql.insert_together(list(tables.items()))
+    for window in staged:
+        _created(window.transition)
+
+
 def _lost_a_race(t: Transition) -> bool:
     """Whether the window's IntegrityError was a concurrent write, not a bug: another
     transaction created this key's instance first, or a timer of a name this step schedules
@@ -174,6 +196,16 @@ def _lost_a_race(t: Transition) -> bool:
 def _create(t: Transition, via: JournalVia) -> _Written:
     """A new instance, its inbox row, journal entry, timers and outbox rows: one statement
     on PostgreSQL."""
+    rows, written = _creation(t, via)
+    sql.insert_together(rows)
+    _created(t)
+    return written
+
+
+def _creation(
+    t: Transition, via: JournalVia
+) -> tuple[list[tuple[type[Any], list[dict[str, Any]]]], _Written]:
+    """The rows of a new instance, table by table, in the order they are inserted."""
     instance = {
         "id": t.saga_id,
         "saga_type": t.saga_type,
@@ -195,18 +227,20 @@ def _create(t: Transition, via: JournalVia) -> _Written:
             now=t.now,
             trace_context=t.trace_context,
         )
-    sql.insert_together(
-        [
-            (SagaInstance, [instance]),
-            (SagaInboxEntry, [_inbox_row(t)]),
-            (SagaJournalEntry, [_journal_row(t, via, version=1)]),
-            (SagaTimeout, timers),
-            (SagaOutboxMessage, _outbox_rows(t)),
-        ]
-    )
+    rows: list[tuple[type[Any], list[dict[str, Any]]]] = [
+        (SagaInstance, [instance]),
+        (SagaInboxEntry, [_inbox_row(t)]),
+        (SagaJournalEntry, [_journal_row(t, via, version=1)]),
+        (SagaTimeout, timers),
+        (SagaOutboxMessage, _outbox_rows(t)),
+    ]
+    return rows, _Written(scheduled=len(timers))
+
+
+def _created(t: Transition) -> None:
+    """What follows a new instance's rows: its outbox rows' delivery and its kept events."""
     outbox.deliver_after_commit(_delivered_after_commit(t))
     _settle_kept(t)
-    return _Written(scheduled=len(timers))
 
 
 def _advance(t: Transition, via: JournalVia) -> _Written:
