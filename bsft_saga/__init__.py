@@ -14,15 +14,19 @@ __version__ = "0.1.0"
 __all__ = [
     "Envelope",
     "PublishDepthExceeded",
+    "PublishOutcome",
+    "Published",
     "SagaContext",
     "SagaFlow",
     "UnknownEventType",
     "UnknownFlowVersion",
     "__version__",
     "apublish",
+    "apublish_many",
     "deadline_exceeded",
     "event",
     "publish",
+    "publish_many",
 ]
 
 _LAZY = {
@@ -30,6 +34,10 @@ _LAZY = {
     "event": "bsft_saga.events.registry",
     "publish": "bsft_saga.publishing",
     "apublish": "bsft_saga.publishing",
+    "publish_many": "bsft_saga.publishing_many",
+    "apublish_many": "bsft_saga.publishing_many",
+    "Published": "bsft_saga.publishing_many",
+    "PublishOutcome": "bsft_saga.publishing_many",
     "deadline_exceeded": "bsft_saga.events.envelope",
     "PublishDepthExceeded": "bsft_saga.exceptions",
     "UnknownEventType": "bsft_saga.exceptions",
@@ -45,6 +53,12 @@ if TYPE_CHECKING:
     from bsft_saga.exceptions import PublishDepthExceeded, UnknownEventType, UnknownFlowVersion
     from bsft_saga.flows import SagaFlow
     from bsft_saga.publishing import apublish, publish
+    from bsft_saga.publishing_many import (
+        Published,
+        PublishOutcome,
+        apublish_many,
+        publish_many,
+    )
 
 
 def __getattr__(name: str) -> Any:

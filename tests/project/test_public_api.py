@@ -12,15 +12,19 @@ import bsft_saga
 PUBLIC = {
     "Envelope",
     "PublishDepthExceeded",
+    "PublishOutcome",
+    "Published",
     "SagaContext",
     "SagaFlow",
     "UnknownEventType",
     "UnknownFlowVersion",
     "__version__",
     "apublish",
+    "apublish_many",
     "deadline_exceeded",
     "event",
     "publish",
+    "publish_many",
 }
 
 
