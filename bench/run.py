@@ -1,4 +1,5 @@
-"""``make bench``: measure bsft_saga against hand-written Django on the local PostgreSQL.
+"""``make bench``: measure bsft_saga against hand-written Django on the local PostgreSQL
+(and its drain on MariaDB, where a server is: bench/mariadb.py).
 
     .venv/bin/python -m bench.run               # full size (the lead, on a quiet machine)
     BENCH_SIZE=smoke .venv/bin/python -m bench.run  # about a minute, to see that it runs
@@ -39,7 +40,7 @@ def main() -> int:
     django.setup()
     from django.core.management import call_command
 
-    from bench import drain, poll, report, slow_receiver, statements, step
+    from bench import drain, mariadb, poll, report, slow_receiver, statements, step
     from bsft_saga.conf import saga_settings
 
     call_command("migrate", verbosity=0)
@@ -66,6 +67,7 @@ def main() -> int:
                 ("rss", lambda: drain.run_rss(config, workdir)),
                 ("sqlite_step", lambda: step.run_sqlite(config, workdir)),
                 ("sqlite_drain", lambda: drain.run_sqlite(config, workdir)),
+                ("mariadb_drain", lambda: mariadb.run(config, workdir)),
             ):
                 measured = measure()
                 rounds.update(measured.rounds)
