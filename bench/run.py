@@ -1,13 +1,12 @@
-"""``make bench``: measure bsft_saga against hand-written Django on the local PostgreSQL
-(and its drain on MariaDB, where a server is: bench/mariadb.py).
+"""``make bench``: measure bsft_saga against hand-written Django on the local PostgreSQL.
 
     .venv/bin/python -m bench.run               # full size (the lead, on a quiet machine)
     BENCH_SIZE=smoke .venv/bin/python -m bench.run  # about a minute, to see that it runs
 
-Writes bench/results/latest.json and the numbers section of docs/performance.md, and
-prints a summary table. What each figure measures and why the comparison is fair is in the
-docstrings of bench/step.py, drain.py, slow_receiver.py and poll.py (and of the baselines,
-bench/baselines.py), and in
+Writes bench/results/latest.json and the numbers section of docs/performance.md, draws
+docs/images/performance.svg from them (bench/chart.py), and prints a summary table. What
+each figure measures and why the comparison is fair is in the docstrings of bench/step.py,
+drain.py, slow_receiver.py and poll.py (and of the baselines, bench/baselines.py), and in
 docs/performance.md; the sizes and their environment variables are in bench/config.py and
 bench/README.md.
 
@@ -24,8 +23,8 @@ import tempfile
 from dataclasses import asdict
 from pathlib import Path
 
+from bench import chart, database
 from bench import config as bench_config
-from bench import database
 from bench.measure import clock, progress
 
 
@@ -40,7 +39,7 @@ def main() -> int:
     django.setup()
     from django.core.management import call_command
 
-    from bench import drain, mariadb, poll, report, slow_receiver, statements, step
+    from bench import drain, poll, report, slow_receiver, statements, step
     from bsft_saga.conf import saga_settings
 
     call_command("migrate", verbosity=0)
@@ -67,7 +66,6 @@ def main() -> int:
                 ("rss", lambda: drain.run_rss(config, workdir)),
                 ("sqlite_step", lambda: step.run_sqlite(config, workdir)),
                 ("sqlite_drain", lambda: drain.run_sqlite(config, workdir)),
-                ("mariadb_drain", lambda: mariadb.run(config, workdir)),
             ):
                 measured = measure()
                 rounds.update(measured.rounds)
@@ -98,6 +96,7 @@ def main() -> int:
         },
     )
     report.write(document)
+    progress(f"drew {chart.draw(document).relative_to(chart.ROOT)}")
     print(report.summary(document))
     return 0
 
