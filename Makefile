@@ -203,7 +203,7 @@ demo: venv
 # Needs PostgreSQL at PG_HOST:PG_PORT. Works in its own database (bsft_saga_bench, created
 # if missing) and never touches the test databases; BENCH_SIZE=smoke runs in about a minute.
 bench: venv
-	BENCH_PG_HOST=$(PG_HOST) BENCH_PG_PORT=$(PG_PORT) BENCH_PG_USER=$(PG_USER) $(PY) -m bench.run
+	BENCH_PG_HOST=$(PG_HOST) BENCH_PG_PORT=$(PG_PORT) BENCH_PG_USER=$(PG_USER) BENCH_MARIADB_HOST=$(MARIADB_HOST) BENCH_MARIADB_PORT=$(MARIADB_PORT) BENCH_MARIADB_USER=$(MARIADB_USER) $(PY) -m bench.run
 
 # Needs PostgreSQL at PG_HOST:PG_PORT, like `make bench` (its database, bsft_saga_bench):
 # pyinstrument flame graphs of draining workload W and of publishing start events, in
