@@ -26,12 +26,12 @@ ROOT = Path(__file__).resolve().parents[2]
 
 # Building and installing takes a while and does not depend on the database backend, so
 # `make test` does it once, in its SQLite run.
-_ON_POSTGRES = os.environ.get("DATABASE_URL", "").startswith(("postgres", "pgsql"))
+_ON_A_SERVER = os.environ.get("DATABASE_URL", "").startswith(("postgres", "pgsql", "mysql"))
 
 pytestmark = [
     pytest.mark.slow,
     pytest.mark.skipif(
-        _ON_POSTGRES,
+        _ON_A_SERVER,
         reason="packaging is backend-independent: checked once, in the SQLite run of make test",
     ),
     pytest.mark.timeout(900),
