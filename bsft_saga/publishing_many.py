@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import enum
+import itertools
 import uuid
 from collections import deque
 from collections.abc import Iterable, Sequence
@@ -219,7 +220,7 @@ class _Publishing:
         while queue:
             index = queue.popleft()
             if index not in self.prefetched and self.results[index] is None:
-                self._prefetch([index, *list(queue)[: GROUP_SIZE - 1]])
+                self._prefetch([index, *itertools.islice(queue, GROUP_SIZE - 1)])
             self._publish(index)
             if len(self.group) >= GROUP_SIZE or self.nested or not queue:
                 self._commit()
@@ -300,10 +301,15 @@ class _Publishing:
         self.group = []
         if not units:
             return
-        try:
-            conflicted, failed = self._write_at_once(units)
-        except _OneByOne:
-            conflicted, failed = self._write_one_by_one(units)
+        # What runs after the commit (the kept events of a step reached, outbox rows) is
+        # applied as after any publish: neither staged with, nor told of as, the event being
+        # published when a commit makes room for it (a kept event may have its message id).
+        elsewhere = uuid.uuid4()
+        with delivering(elsewhere, self), handler.observing(elsewhere):
+            try:
+                conflicted, failed = self._write_at_once(units)
+            except _OneByOne:
+                conflicted, failed = self._write_one_by_one(units)
         keys = {(w.saga_type, w.correlation_key) for unit in units for w in unit.windows}
         for prefetched in self.prefetched.values():
             prefetched.forget(keys)  # outdated by this commit
@@ -336,6 +342,8 @@ class _Publishing:
         the version-checked advances of its existing sagas in one statement (on
         PostgreSQL), then each window's other writes. Return the events whose advance lost
         a race; ``_OneByOne`` (rolled back) if the group cannot be written so."""
+        if any(len(unit.windows) > 1 for unit in units):
+            raise _OneByOne  # an event that woke several sagas: its windows in lock order
         creating = [unit.windows[0] for unit in units if unit.windows[0].creates]
         advancing = [unit for unit in units if not unit.windows[0].creates]
         advances = [unit.windows[0].advance() for unit in advancing]

@@ -34,6 +34,7 @@ from tests.testapp.events import (
     StockReserved,
 )
 from tests.testapp.flows import ContextProbeFlow, ReminderFlow, StepFailed
+from tests.testapp.model_events import ChainGate, ChainItem, ChainOpened
 from tests.testapp.timer_events import ProbeStarted as TimerProbeStarted
 from tests.testapp.timer_flows import ProbeFlow
 
@@ -188,6 +189,19 @@ def test_an_event_no_flow_awaits_is_ignored_as_no_flow(action: Register) -> None
     assert (published.outcome, published.reason) == (PublishOutcome.IGNORED, "no_flow")
 
 
+def test_an_event_that_wakes_two_flows_writes_both_windows() -> None:
+    publish(OrderPlaced("o-both"))
+    publish(StockReserved("o-both"))
+
+    [published] = publish_many([OrderShipped("o-both")])
+
+    order = SagaInstance.objects.get(saga_type="tests.order", correlation_key="o-both")
+    shipped = SagaInstance.objects.exclude(saga_type="tests.order").get(correlation_key="o-both")
+    assert published.outcome is PublishOutcome.STARTED  # the second flow's saga
+    assert set(published.saga_ids) == {order.pk, shipped.pk}
+    assert (order.is_complete, order.state["shipped"]) == (True, True)
+
+
 # -- failures ----------------------------------------------------------------------------
 
 
@@ -302,6 +316,27 @@ def test_two_events_of_one_key_behave_as_two_publish_calls_in_that_order() -> No
     assert (saga.is_complete, saga.state["canceled"]) == (True, True)
     kinds = SagaJournalEntry.objects.filter(saga=saga).order_by("version")
     assert [entry.kind for entry in kinds] == ["started", "completed"]
+
+
+def test_a_kept_event_applied_after_a_commit_is_not_taken_for_a_repeat_of_its_message() -> None:
+    # The item is kept before its saga starts; the gate's commit (made to plan the repeat)
+    # applies it, and the repeat, planned afterwards, finds it handled.
+    message_id = uuid.uuid4()
+
+    published = publish_many(
+        [ChainItem("k", 1), ChainOpened("k"), ChainGate("k"), ChainItem("k", 1)],
+        message_ids=[message_id, None, None, message_id],
+    )
+
+    assert _outcomes(published) == [
+        (PublishOutcome.KEPT, ""),
+        STARTED,
+        APPLIED,
+        (PublishOutcome.IGNORED, "duplicate"),
+    ]
+    saga = SagaInstance.objects.get(saga_type="tests.model.chain", correlation_key="k")
+    assert (saga.step_index, saga.state["items"]) == (3, [1])
+    assert SagaInboxEntry.objects.filter(message_id=message_id).count() == 1
 
 
 # -- how it writes -------------------------------------------------------------------------

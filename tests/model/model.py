@@ -232,6 +232,36 @@ class Model:
         else:
             self._timed_event(saga, sent, via)
 
+    def publish_many(self, sents: list[Sent]) -> list[str]:
+        """``publish_many()`` is ``publish()`` of each event in turn; what became of each:
+        ``started``, ``applied``, ``kept``, or ``ignored:<reason>``."""
+        outcomes = []
+        for sent in sents:
+            sagas, ignored = len(self.sagas), self.ignored.copy()
+            handled, kept = self._holding(sent.message_id)
+            self.deliver(sent)
+            now_handled, now_kept = self._holding(sent.message_id)
+            if len(self.sagas) > sagas:
+                outcomes.append("started")
+            elif now_handled > handled:
+                outcomes.append("applied")
+            elif now_kept > kept:
+                outcomes.append("kept")
+            else:
+                [((_flow, reason), _n)] = (self.ignored - ignored).items()
+                outcomes.append(f"ignored:{reason}")
+        return outcomes
+
+    def _holding(self, message_id: uuid.UUID) -> tuple[int, int]:
+        """How many sagas handled the message, and how many kept events hold it."""
+        kept = [k for s in self.sagas for k in s.kept] + [
+            k for rows in self.pre_kept.values() for k in rows
+        ]
+        return (
+            sum(message_id in s.inbox for s in self.sagas),
+            sum(k.message_id == message_id for k in kept),
+        )
+
     def _start(self, flow: str, sent: Sent, via: str) -> None:
         saga = Saga(flow=flow, key=sent.key, started_at=self.now)
         saga.inbox.add(sent.message_id)

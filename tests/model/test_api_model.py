@@ -42,7 +42,7 @@ from hypothesis.stateful import (
 )
 from opentelemetry import trace
 
-from bsft_saga import publish, telemetry
+from bsft_saga import PublishOutcome, publish, publish_many, telemetry
 from bsft_saga.draining import drain_round
 from bsft_saga.engine.termination import terminate
 from bsft_saga.flows import activation
@@ -128,6 +128,15 @@ STEPS = st.sampled_from(
 )
 #: Message ids every database stores (MariaDB refuses UUID versions 8 and above).
 MESSAGE_IDS = st.uuids(version=4)
+#: An event of either flow, for a batch.
+SENT = st.builds(
+    Sent,
+    kind=st.sampled_from(["chain_open", "gate", "item", "timed_open", "note", "done"]),
+    key=st.sampled_from(KEYS),
+    n=st.integers(1, 9),
+    action=st.sampled_from(["note", "cancel", "replace"]),
+    message_id=MESSAGE_IDS,
+)
 
 
 def _wipe() -> None:
@@ -260,6 +269,32 @@ class ApiMachine(RuleBasedStateMachine):
         """The same event, with the same message id (a redelivery)."""
         sent = data.draw(st.sampled_from(self.model.sent), label="repeat of")
         self._send(sent, when, later)
+
+    @rule(data=st.data(), size=st.integers(1, 6))
+    def publish_a_batch(self, data: st.DataObject, size: int) -> None:
+        """Several events in one ``publish_many()``, new ones and repeats of message ids
+        (of earlier calls, or of the batch itself): as if published one by one, in order."""
+        batch: list[Sent] = []
+        for _ in range(size):
+            earlier = self.model.sent + batch
+            repeat: bool = bool(earlier) and data.draw(st.booleans(), label="a repeat")
+            if repeat:
+                batch.append(data.draw(st.sampled_from(earlier), label="repeat of"))
+            else:
+                batch.append(data.draw(SENT, label="event"))
+        for sent in batch:
+            if sent not in self.model.sent:
+                self.model.sent.append(sent)
+        published = publish_many(
+            [EVENTS[sent.kind](sent) for sent in batch],
+            message_ids=[sent.message_id for sent in batch],
+        )
+        expected = self.model.publish_many(batch)
+        outcomes = [
+            f"ignored:{p.reason}" if p.outcome is PublishOutcome.IGNORED else p.outcome.value
+            for p in published
+        ]
+        assert outcomes == expected, [p.error for p in published]
 
     def _send(self, sent: Sent, when: str, later: timedelta) -> None:
         with _publisher_span(sent):
