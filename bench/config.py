@@ -35,6 +35,7 @@ class Sizes:
     rss_small: int  # due reminders the first RSS dispatcher drains
     rss_large: int  # ... and the second
     slow_timers: int  # due invoice reminders per slow-receiver run (a 10 ms "mail" each)
+    web_requests: int  # requests per web run (bench/web.py), sent by 16 clients at once
 
 
 FULL = Sizes(
@@ -48,6 +49,7 @@ FULL = Sizes(
     rss_small=10_000,
     rss_large=100_000,
     slow_timers=1_250,
+    web_requests=4_000,
 )
 
 SMOKE = Sizes(
@@ -61,6 +63,7 @@ SMOKE = Sizes(
     rss_small=300,
     rss_large=1_500,
     slow_timers=250,
+    web_requests=320,
 )
 
 

@@ -34,6 +34,11 @@ KEYS = (
     "step_events_per_s_raw_set",
     "step_ratio_vs_raw_set",
     "sqlite_step_events_per_s",
+    "web_publish_requests_per_s",
+    "web_handwritten_requests_per_s",
+    "web_publish_ratio_vs_handwritten",
+    "web_publish_p99_ms",
+    "web_handwritten_p99_ms",
     "drain_timers_per_s_1p",
     "sqlite_drain_timers_per_s",
     "drain_timers_per_s_2p",
@@ -56,8 +61,9 @@ KEYS = (
     "dispatcher_rss_mb_10k",
     "dispatcher_rss_mb_100k",
 )
-#: Keys of a server a run may lack (bench/mariadb.py): without it they are "not measured".
-OPTIONAL_KEYS = frozenset(key for key in KEYS if key.startswith("mariadb_"))
+#: Keys of a server or a tool a run may lack (bench/mariadb.py; hey or gunicorn for
+#: bench/web.py, whose keys a failed run also leaves out): without it they are "not measured".
+OPTIONAL_KEYS = frozenset(key for key in KEYS if key.startswith(("mariadb_", "web_")))
 
 
 @dataclass(frozen=True)
@@ -106,6 +112,7 @@ TARGETS = (
     Target("drain_scaling_2p_vs_1p", _key("drain_scaling_2p_vs_1p"), ">=", 1.6),
     Target("drain_ratio_two_timers_per_saga", _key("drain_ratio_two_timers_per_saga"), ">=", 0.8),
     Target("step_ratio_vs_handwritten", _key("step_ratio_vs_handwritten"), ">=", 1.0),
+    Target("web_publish_ratio_vs_handwritten", _key("web_publish_ratio_vs_handwritten"), ">=", 0.8),
     Target("poll_ratio_1m_vs_10k", _key("poll_ratio_1m_vs_10k"), "<=", 1.5),
     Target(
         "dispatcher_rss_mb_100k - dispatcher_rss_mb_10k",
@@ -296,6 +303,7 @@ def _facts(document: dict[str, Any]) -> list[tuple[str, str]]:
             f"({pg['commit_ms_without_flush']} ms without waiting for the flush)",
         ),
         ("MariaDB", _mariadb_text(document.get("rounds_detail", {}).get("mariadb_drain", {}))),
+        ("Web", _web_text(document.get("rounds_detail", {}).get("web", {}))),
         (
             "Sizes",
             f"{sizes['events']} start events per step run ({sizes['sqlite_events']} on "
@@ -303,7 +311,7 @@ def _facts(document: dict[str, Any]) -> list[tuple[str, str]]:
             f"{sizes['poll_small']} and {sizes['poll_large']} pending timers, "
             f"{sizes['poll_reps']} claims per table per round; RSS after {sizes['rss_small']} "
             f"and {sizes['rss_large']} reminders; {sizes['slow_timers']} invoice reminders "
-            "per slow-receiver run",
+            f"per slow-receiver run; {sizes['web_requests']} requests per web run",
         ),
     ]
 
@@ -317,6 +325,17 @@ def _mariadb_text(found: dict[str, Any]) -> str:
         f"{server['version']}, innodb_flush_log_at_trx_commit="
         f"{server['innodb_flush_log_at_trx_commit']}, sync_binlog={server['sync_binlog']}, "
         f"{server['isolation']}; a one-row commit takes {server['commit_ms']} ms"
+    )
+
+
+def _web_text(found: dict[str, Any]) -> str:
+    """The "Web" line of the facts: how the web pair was served and loaded, or why not."""
+    if "unavailable" in found or "clients" not in found:
+        return f"not measured: {found.get('unavailable', 'not run')}"
+    return (
+        f"gunicorn {found['gunicorn']} with {found['gunicorn_sync_workers']} sync workers, "
+        f"CONN_MAX_AGE={found['conn_max_age_s']}; {found['load_generator']}, "
+        f"{found['clients']} clients, {found['requests_per_run']} requests per run"
     )
 
 
