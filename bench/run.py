@@ -1,4 +1,6 @@
-"""``make bench``: measure bsft_saga against hand-written Django on the local PostgreSQL.
+"""``make bench``: measure bsft_saga against hand-written Django on the local PostgreSQL
+(and its drain on MariaDB, where a server is: bench/mariadb.py; and publishing from a view
+over HTTP, where gunicorn and hey are: bench/web.py).
 
     .venv/bin/python -m bench.run               # full size (the lead, on a quiet machine)
     BENCH_SIZE=smoke .venv/bin/python -m bench.run  # about a minute, to see that it runs
@@ -6,9 +8,9 @@
 Writes bench/results/latest.json and the numbers section of docs/performance.md, draws
 docs/images/performance.svg from them (bench/chart.py), and prints a summary table. What
 each figure measures and why the comparison is fair is in the docstrings of bench/step.py,
-drain.py, slow_receiver.py and poll.py (and of the baselines, bench/baselines.py), and in
-docs/performance.md; the sizes and their environment variables are in bench/config.py and
-bench/README.md.
+drain.py, slow_receiver.py, poll.py and web.py (and of the baselines, bench/baselines.py),
+and in docs/performance.md; the sizes and their environment variables are in
+bench/config.py and bench/README.md.
 
 The bench works in its own database (``bsft_saga_bench``, created if missing), empties its
 saga tables before and after, and creates and drops two more for the poll; it never
@@ -39,7 +41,7 @@ def main() -> int:
     django.setup()
     from django.core.management import call_command
 
-    from bench import drain, poll, report, slow_receiver, statements, step
+    from bench import drain, mariadb, poll, report, slow_receiver, statements, step, web
     from bsft_saga.conf import saga_settings
 
     call_command("migrate", verbosity=0)
@@ -66,6 +68,8 @@ def main() -> int:
                 ("rss", lambda: drain.run_rss(config, workdir)),
                 ("sqlite_step", lambda: step.run_sqlite(config, workdir)),
                 ("sqlite_drain", lambda: drain.run_sqlite(config, workdir)),
+                ("mariadb_drain", lambda: mariadb.run(config, workdir)),
+                ("web", lambda: web.run(config, workdir)),
             ):
                 measured = measure()
                 rounds.update(measured.rounds)
