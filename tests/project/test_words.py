@@ -28,6 +28,8 @@ FILES = ("README.md", "CONTRIBUTING.md")
 SUFFIXES = {".py", ".md", ".html", ".txt", ".css", ".toml", ".cfg"}
 #: This file spells out the variants it looks for.
 UNREAD = {"tests/project/test_words.py"}
+#: What tools write, not people: ``make profile``'s flame graphs (git ignores them).
+UNREAD_FOLDERS = ("bench/results/",)
 GLOSSARY = "docs/glossary.md"
 
 
@@ -172,7 +174,9 @@ def _read() -> Iterator[tuple[str, str]]:
         paths += sorted(p for p in (ROOT / folder).rglob("*") if p.suffix in SUFFIXES)
     for path in paths:
         where = path.relative_to(ROOT).as_posix()
-        if where in UNREAD or "__pycache__" in where or not path.is_file():
+        if where in UNREAD or where.startswith(UNREAD_FOLDERS) or "__pycache__" in where:
+            continue
+        if not path.is_file():
             continue
         yield where, path.read_text(encoding="utf-8")
 
