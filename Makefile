@@ -28,11 +28,12 @@ PG_PORT ?= 5432
 PG_USER ?= postgres
 PG_DATABASE_URL := postgres://$(PG_USER)@$(PG_HOST):$(PG_PORT)/bsft_saga
 # Run a second time through PgBouncer in transaction mode: the dispatcher's concurrency and
-# failover tests, and the test that proves the connections really go through it.
+# failover tests, bulk starts, and the test that proves the connections really go through it.
 PGBOUNCER_TESTS := tests/processes/test_pgbouncer.py tests/processes/test_failover.py tests/processes/test_timeouts_load.py \
 	tests/delivery/test_dispatch_transactions.py tests/processes/test_timeouts_faults.py \
 	tests/engine/test_engine_concurrency.py tests/delivery/test_abandoned_claims.py \
-	tests/processes/test_dispatch_contention.py tests/processes/test_killed_loop.py
+	tests/processes/test_dispatch_contention.py tests/processes/test_killed_loop.py \
+	tests/test_publishing_many.py
 
 # MariaDB 10.6+ (or MySQL 8.0.11+): pytest-django creates and drops a per-run
 # `test_bsft_saga_<pid>` database (utf8mb4, READ COMMITTED: tests/settings.py); the

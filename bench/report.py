@@ -33,6 +33,9 @@ KEYS = (
     "step_ratio_vs_handwritten",
     "step_events_per_s_raw_set",
     "step_ratio_vs_raw_set",
+    "bulk_step_events_per_s",
+    "bulk_step_ratio_vs_publish_loop",
+    "bulk_step_ratio_vs_raw_set",
     "sqlite_step_events_per_s",
     "web_publish_requests_per_s",
     "web_handwritten_requests_per_s",
@@ -112,6 +115,8 @@ TARGETS = (
     Target("drain_scaling_2p_vs_1p", _key("drain_scaling_2p_vs_1p"), ">=", 1.6),
     Target("drain_ratio_two_timers_per_saga", _key("drain_ratio_two_timers_per_saga"), ">=", 0.8),
     Target("step_ratio_vs_handwritten", _key("step_ratio_vs_handwritten"), ">=", 1.0),
+    Target("bulk_step_ratio_vs_publish_loop", _key("bulk_step_ratio_vs_publish_loop"), ">=", 5),
+    Target("bulk_step_ratio_vs_raw_set", _key("bulk_step_ratio_vs_raw_set"), ">=", 0.5),
     Target("web_publish_ratio_vs_handwritten", _key("web_publish_ratio_vs_handwritten"), ">=", 0.8),
     Target("poll_ratio_1m_vs_10k", _key("poll_ratio_1m_vs_10k"), "<=", 1.5),
     Target(

@@ -14,6 +14,12 @@ own (``baselines.RawSetStart``): what a PostgreSQL expert would write to load st
 the database's real limit for this work. Each ``publish()`` here commits its own event, so
 the ratio prices in a commit per event as well as the library's Python.
 
+**Bulk**: the same N start events given to one ``publish_many()`` call, which runs each
+event's start step with no transaction open and commits the windows of up to its group size
+(100) together, in one short transaction and a few statements: the library's answer to a
+nightly import. Its ratios are over the ``publish()`` loop and over the raw set of the same
+round.
+
 ``check_baselines_write_what_the_engine_writes()`` proves, before anything is timed, that
 both baselines write the rows the engine writes.
 
@@ -36,7 +42,7 @@ from bench import baselines, database, workloads
 from bench.children import on_sqlite
 from bench.config import Config
 from bench.measure import Measured, clock, interleave, per_round_ratios
-from bsft_saga import publish
+from bsft_saga import PublishOutcome, publish, publish_many
 from bsft_saga.models import SagaInboxEntry, SagaInstance
 
 EVENTS_PER_COMMIT = 100  # the raw set's batch of start events
@@ -98,6 +104,18 @@ def run(config: Config) -> Measured:
         workloads.check_started(n)
         return rate
 
+    def timed_in_bulk() -> float:
+        database.reset_saga_tables()
+        events = [workloads.start_event(f"step-{next(_keys):07d}") for _ in range(n)]
+        began = clock()
+        published = publish_many(events)
+        rate = n / (clock() - began)
+        outcomes = {result.outcome for result in published}
+        if outcomes != {PublishOutcome.STARTED}:
+            raise workloads.WorkloadError(f"publish_many(): outcomes {outcomes}, not STARTED")
+        workloads.check_started(n)
+        return rate
+
     with baselines.connect() as conn:
         values = interleave(
             config.sizes.rounds,
@@ -109,9 +127,10 @@ def run(config: Config) -> Measured:
                     lambda key: baselines.start_by_hand(key, workloads.STEP_NOTE)
                 ),
                 "step: raw set-based, 100 a commit": lambda: timed_in_sets(conn),
+                "step: publish_many() (library, bulk)": timed_in_bulk,
             },
         )
-    library, by_hand, in_sets = values.values()
+    library, by_hand, in_sets, bulk = values.values()
     database.reset_saga_tables()
     return Measured(
         rounds={
@@ -119,6 +138,9 @@ def run(config: Config) -> Measured:
             "step_ratio_vs_handwritten": per_round_ratios(library, by_hand),
             "step_events_per_s_raw_set": in_sets,
             "step_ratio_vs_raw_set": per_round_ratios(library, in_sets),
+            "bulk_step_events_per_s": bulk,
+            "bulk_step_ratio_vs_publish_loop": per_round_ratios(bulk, library),
+            "bulk_step_ratio_vs_raw_set": per_round_ratios(bulk, in_sets),
         },
         detail={
             "events_per_run": n,
@@ -126,6 +148,7 @@ def run(config: Config) -> Measured:
             "handwritten_events_per_s": by_hand,
             "raw_set_events_per_s": in_sets,
             "raw_set_events_per_commit": EVENTS_PER_COMMIT,
+            "bulk_events_per_s": bulk,
         },
     )
 

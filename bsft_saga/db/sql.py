@@ -115,9 +115,20 @@ def _insert_unless_duplicate(db: BaseDatabaseWrapper, sql: str, params: list[Any
 def _insert_statements(
     model: type[models.Model], rows: Sequence[Mapping[str, Any]], db: BaseDatabaseWrapper
 ) -> list[tuple[str, list[Any]]]:
-    """The INSERTs of ``rows``, each of a row count its SQL is cached for."""
+    """The INSERTs of ``rows``: on PostgreSQL one, of an array per column, whatever their
+    number; elsewhere each of a row count its SQL is cached for."""
     names = tuple(dict.fromkeys(name for row in rows for name in row))  # every row's, in order
     fields = _insert_fields(model, names)
+    if db.vendor == "postgresql" and len(rows) > 1:
+        # A VALUES list would bind every value: a statement the driver parses again on each
+        # execution (it caches none of more than 50 parameters) and the server plans anew
+        # for each row count. With an array per column, the text and the parameters stay
+        # the same for any number of rows.
+        columns: list[list[Any]] = [[] for _ in fields]
+        for row in rows:
+            for column, param in zip(columns, _row_params(fields, row, db), strict=True):
+                column.append(param)
+        return [(_insert_unnest_sql(model, names), columns)]
     statements = []
     start = 0
     for count in _chunk_counts(len(rows), len(fields), db):
@@ -573,6 +584,15 @@ def _insert_sql(model: type[models.Model], names: tuple[str, ...], count: int, v
     row = "(" + ", ".join(["%s"] * len(fields)) + ")"
     rows = ", ".join([row] * count)
     return f"INSERT INTO {_quoted(model._meta.db_table)} ({columns}) VALUES {rows}"
+
+
+@cache
+def _insert_unnest_sql(model: type[models.Model], names: tuple[str, ...]) -> str:
+    """PostgreSQL: ``INSERT … SELECT * FROM unnest(CAST(%s AS <column type>[]), …)``."""
+    fields = _insert_fields(model, names)
+    columns = ", ".join(_quoted(field.column) for field in fields)
+    arrays = ", ".join(f"CAST(%s AS {field.db_type(connection)}[])" for field in fields)
+    return f"INSERT INTO {_quoted(model._meta.db_table)} ({columns}) SELECT * FROM unnest({arrays})"
 
 
 @cache

@@ -152,6 +152,11 @@ def test_a_large_insert_is_split_into_statements_within_the_parameter_limit() ->
 
     assert SagaAuditRecord.objects.filter(action="bulk").count() == 30_000
     inserts = [q["sql"] for q in captured.captured_queries if q["sql"].startswith("INSERT")]
+    if connection.vendor == "postgresql":
+        # One statement binding an array per column, whatever the number of rows.
+        (insert,) = inserts
+        assert "unnest" in insert
+        return
     rows_per_statement = [statement.count("), (") + 1 for statement in inserts]
     assert sum(rows_per_statement) == 30_000
     assert max(rows_per_statement) <= max(sql.CHUNK_SIZES)
