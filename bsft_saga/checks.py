@@ -188,12 +188,13 @@ def check_skip_locked(
     rows (still correct, through conditional updates, but slower)."""
     if not databases or "default" not in databases:
         return []
-    features = connections["default"].features
-    if features.has_select_for_update_skip_locked:
+    connection = connections["default"]
+    # A MariaDB or MySQL without it is refused by E003, which names the version it needs.
+    if connection.features.has_select_for_update_skip_locked or connection.vendor == "mysql":
         return []
     return [
         Warning(
-            f"The database backend {connections['default'].vendor!r} has no "
+            f"The database backend {connection.vendor!r} has no "
             "SELECT ... SKIP LOCKED; several timer dispatchers will contend for the same rows.",
             hint="Fine for development and a single dispatcher; use PostgreSQL in production.",
             obj="DATABASES['default']",

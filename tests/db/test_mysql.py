@@ -152,6 +152,18 @@ def test_e003_names_the_version_found_and_the_version_needed(
     assert f"{needed} or later is needed" in error.msg
 
 
+def test_a_mariadb_without_skip_locked_is_refused_by_e003_alone_not_warned_of_by_w001_too(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    server = _server((10, 5, 27), mariadb=True, skip_locked=False)
+    monkeypatch.setattr(checks, "connections", {"default": server})
+
+    found = checks.check_partial_constraints(databases=["default"])
+    found += checks.check_skip_locked(databases=["default"])
+
+    assert [message.id for message in found] == ["bsft_saga.E003"]
+
+
 @pytest.mark.parametrize(
     ("version", "mariadb"), [((10, 6, 0), True), ((11, 4, 2), True), ((8, 0, 11), False)]
 )
