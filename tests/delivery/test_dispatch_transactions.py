@@ -32,7 +32,7 @@ from bsft_saga.tasks import _enqueue_delivery, deliver_event
 from bsft_saga.testing import SagaHarness
 from bsft_saga.timeouts import drain_due
 from tests.support.processes import Child, Supervisor, supervised
-from tests.support.services import require_postgres_backend, require_server_database
+from tests.support.services import require_server_database
 from tests.testapp.dispatch_events import InvoicePaid, InvoiceReminderDue, InvoiceSent
 from tests.testapp.dispatch_flows import InvoiceFlow
 from tests.testapp.timer_events import ProbePoked, ProbeStarted
@@ -127,10 +127,22 @@ def test_the_harness_fires_timers_with_no_transaction_open(
     assert calls == [OUTSIDE, OUTSIDE]
 
 
+def _kill_own_session() -> None:
+    """End this connection's database session from inside it, as a server restart, an
+    operator or a proxy would."""
+    with connection.cursor() as cursor:
+        if connection.vendor == "mysql":
+            cursor.execute("SELECT CONNECTION_ID()")
+            (session,) = cursor.fetchone()
+            cursor.execute(f"KILL CONNECTION {int(session)}")
+        else:
+            cursor.execute("SELECT pg_terminate_backend(pg_backend_pid())")
+
+
 def test_a_timer_whose_receiver_kills_its_session_is_charged_alone_and_dead_lettered(
     clock: FrozenDateTimeFactory,
 ) -> None:
-    require_postgres_backend()
+    require_server_database()
     keys = [f"inv-{i}" for i in range(5)]
     for key in keys:
         publish(InvoiceSent(key))
@@ -139,8 +151,7 @@ def test_a_timer_whose_receiver_kills_its_session_is_charged_alone_and_dead_lett
     def mail(sender: type, *, envelope: Any, **kwargs: Any) -> None:
         if isinstance(envelope.event, InvoiceReminderDue):
             if envelope.event.invoice_id == "inv-2":
-                with connection.cursor() as cursor:
-                    cursor.execute("SELECT pg_terminate_backend(pg_backend_pid())")
+                _kill_own_session()
             mails.append(envelope.event.invoice_id)
 
     event_published.connect(mail, weak=False, dispatch_uid="tests.dispatch.killer")
@@ -171,7 +182,7 @@ def test_a_timer_whose_receiver_kills_its_session_is_charged_alone_and_dead_lett
     assert reminded == {"inv-0": 1, "inv-1": 1, "inv-2": 0, "inv-3": 1, "inv-4": 1}
 
 
-# --- real dispatcher processes (PostgreSQL) -------------------------------------------
+# --- real dispatcher processes (PostgreSQL, MariaDB) -----------------------------------
 
 
 def _invoices(n: int) -> list[str]:
@@ -266,23 +277,39 @@ def test_a_dispatcher_killed_mid_batch_resends_only_its_last_commit_group(
     assert not SagaTimeout.objects.pending().filter(saga__saga_type=InvoiceFlow.saga_type).exists()
 
 
+def _idle_in_transaction_timeout(*, seconds: int) -> tuple[str, str]:
+    """The statements that end a session idle in a transaction for ``seconds``, and undo it."""
+    if connection.vendor == "mysql":
+        return (
+            f"SET GLOBAL idle_transaction_timeout = {seconds}",
+            "SET GLOBAL idle_transaction_timeout = DEFAULT",
+        )
+    database = connection.ops.quote_name(connection.settings_dict["NAME"])
+    return (
+        f"ALTER DATABASE {database} SET idle_in_transaction_session_timeout = '{seconds}s'",
+        f"ALTER DATABASE {database} RESET idle_in_transaction_session_timeout",
+    )
+
+
 @pytest.mark.slow
 def test_slow_receivers_fire_under_an_idle_in_transaction_timeout(
     subprocess_env: dict[str, str], tmp_path: Path
 ) -> None:
-    require_postgres_backend()
+    require_server_database()
     keys = _invoices(3)
     log = tmp_path / "mails.log"
-    database = connection.ops.quote_name(connection.settings_dict["NAME"])
-    with connection.cursor() as cursor:  # as docs/operations/postgresql.md recommends, only shorter
-        cursor.execute(f"ALTER DATABASE {database} SET idle_in_transaction_session_timeout = '1s'")
+    # As docs/operations/postgresql.md recommends, only shorter; MariaDB's own timeout is
+    # server-wide (sessions that start after it take it: the dispatcher's).
+    timeout_on, timeout_off = _idle_in_transaction_timeout(seconds=1)
+    with connection.cursor() as cursor:
+        cursor.execute(timeout_on)
     try:
         with supervised(subprocess_env, tmp_path) as children:
             # Bounded: a pass that looped on the timeout for ever would never report.
             report = _dispatcher(children, log, 1.5, "dispatcher").report(timeout=60)
     finally:
         with connection.cursor() as cursor:
-            cursor.execute(f"ALTER DATABASE {database} RESET idle_in_transaction_session_timeout")
+            cursor.execute(timeout_off)
 
     assert (report["fired"], report["failed"]) == (3, 0)
     assert sorted(_mails(log)) == keys  # three mails in all
