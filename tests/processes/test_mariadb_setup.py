@@ -22,6 +22,8 @@ from tests.support.services import connect_mariadb, require_mariadb
 
 ROOT = Path(__file__).resolve().parents[2]
 
+pytestmark = pytest.mark.slow  # a fresh manage.py process each
+
 
 @pytest.fixture
 def mariadb_database() -> Iterator[str]:
