@@ -277,7 +277,7 @@ def test_a_dispatcher_killed_mid_batch_resends_only_its_last_commit_group(
     assert not SagaTimeout.objects.pending().filter(saga__saga_type=InvoiceFlow.saga_type).exists()
 
 
-def _idle_in_transaction_timeout(*, seconds: int) -> tuple[str, str]:
+def _idle_in_transaction_limit(*, seconds: int) -> tuple[str, str]:
     """The statements that end a session idle in a transaction for ``seconds``, and undo it."""
     if connection.vendor == "mysql":
         return (
@@ -300,16 +300,16 @@ def test_slow_receivers_fire_under_an_idle_in_transaction_timeout(
     log = tmp_path / "mails.log"
     # As docs/operations/postgresql.md recommends, only shorter; MariaDB's own timeout is
     # server-wide (sessions that start after it take it: the dispatcher's).
-    timeout_on, timeout_off = _idle_in_transaction_timeout(seconds=1)
+    cut_idle, uncut_idle = _idle_in_transaction_limit(seconds=1)
     with connection.cursor() as cursor:
-        cursor.execute(timeout_on)
+        cursor.execute(cut_idle)
     try:
         with supervised(subprocess_env, tmp_path) as children:
             # Bounded: a pass that looped on the timeout for ever would never report.
             report = _dispatcher(children, log, 1.5, "dispatcher").report(timeout=60)
     finally:
         with connection.cursor() as cursor:
-            cursor.execute(timeout_off)
+            cursor.execute(uncut_idle)
 
     assert (report["fired"], report["failed"]) == (3, 0)
     assert sorted(_mails(log)) == keys  # three mails in all

@@ -62,12 +62,13 @@ RULES = (
 #: Names that say a ruled-out word and stay: public, stored, or not ours. A match is kept
 #: when it lies inside one of these (``SagaTimeoutAdmin``, ``test_cancel_timeouts_...``).
 KEPT = (
-    # Python's, Django's, Celery's, PostgreSQL's and the tools' own.
+    # Python's, Django's, Celery's, PostgreSQL's, MariaDB's and the tools' own.
     "CancelledError",
     "TimeoutExpired",
     "statement_timeout",
     "idle_in_transaction_session_timeout",
     "idle_in_transaction_timeout",
+    "idle_transaction_timeout",  # MariaDB's
     "lock_timeout",
     "deadlock_timeout",
     "connect_timeout",
