@@ -172,6 +172,9 @@ def _renewal_time(rows: list[R], lease: timedelta) -> datetime:
 class _Pass(Generic[R]):
     """Delivers one claimed batch; offers the engine a place to stage its windows."""
 
+    #: The journal names the row delivered (a timer or an outbox row): ``staging.Stager``.
+    journal_via = None
+
     def __init__(
         self,
         channel: Channel[R],

@@ -15,7 +15,10 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
+
+if TYPE_CHECKING:
+    from bsft_saga.models import JournalVia
 
 
 class LostRace(Exception):
@@ -75,7 +78,12 @@ class StagedWindow(Protocol):
 
 
 class Stager(Protocol):
-    """What a pass offers the steps its rows wake."""
+    """What a pass (or ``publish_many``) offers the steps its rows (or events) wake."""
+
+    @property
+    def journal_via(self) -> JournalVia | None:
+        """How the journal says the staged windows' events arrived; ``None``: by the row
+        being delivered (a timer or an outbox row)."""
 
     def stage(self, window: StagedWindow) -> None:
         """Take ``window`` to write with the row being delivered."""

@@ -97,8 +97,7 @@ def commit(transition: Transition) -> None:
     t = transition
     stager = staging.stager_for(t.envelope)
     if stager is not None:
-        # A stager that is no pass (``publish_many``) says how its events arrived.
-        stager.stage(_Staged(t, via=getattr(stager, "journal_via", None)))
+        stager.stage(_Staged(t, via=stager.journal_via))
         return
     via = JournalVia.KEPT if t.kept_id is not None else JournalVia.PUBLISH
     try:
