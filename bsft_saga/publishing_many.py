@@ -211,7 +211,7 @@ class _Publishing:
         # Inside a caller's transaction: each event in a savepoint, committed right after
         # it, so that a group's commit never falls inside another event's savepoint.
         self.nested = connection.in_atomic_block
-        self.prefetched: dict[int, lookup.Prefetched] = {}
+        self.prefetched: dict[int, lookup.Answers] = {}
         self.again: list[int] = []  # events whose windows lost a race: applied next
         self.conflicts: dict[int, int] = {}
 
@@ -406,14 +406,16 @@ def _result(
     """What became of an event, from what each flow that awaits its type did with it."""
     if error is not None:
         return Published(envelope, PublishOutcome.FAILED, error=error)
-    applied = tuple(h.saga_id for h in handled if h.outcome == "applied" and h.saga_id)
-    if any(h.starts for h in handled if h.outcome == "applied"):
+    applied = tuple(
+        h.saga_id for h in handled if h.outcome is handler.FlowOutcome.APPLIED and h.saga_id
+    )
+    if any(h.starts for h in handled if h.outcome is handler.FlowOutcome.APPLIED):
         return Published(envelope, PublishOutcome.STARTED, saga_ids=applied)
     if applied:
         return Published(envelope, PublishOutcome.APPLIED, saga_ids=applied)
-    if any(h.outcome == "kept" for h in handled):
+    if any(h.outcome is handler.FlowOutcome.KEPT for h in handled):
         return Published(envelope, PublishOutcome.KEPT)
-    reason = next((h.reason for h in handled if h.outcome == "ignored"), NO_FLOW)
+    reason = next((h.reason for h in handled if h.outcome is handler.FlowOutcome.IGNORED), NO_FLOW)
     return Published(envelope, PublishOutcome.IGNORED, reason=reason)
 
 

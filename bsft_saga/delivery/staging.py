@@ -112,8 +112,10 @@ _current: ContextVar[_Delivering | None] = ContextVar("bsft_saga_delivering", de
 def delivering(message_id: uuid.UUID, stager: Stager, known: Any = None) -> Iterator[None]:
     """While the envelope ``message_id`` is sent, steps it wakes stage with ``stager``.
 
-    ``known``: what the pass read of the row's saga when it claimed the row, for the lookup
-    of the step it wakes (:func:`known`), or ``None``.
+    ``known``: the lookup's answers read in advance for the steps the envelope wakes
+    (``bsft_saga.engine.lookup.Answers``: what the pass read of the row's saga when it
+    claimed the row, or what ``publish_many`` read for its group), or ``None``. The lookup
+    takes each once (:func:`known`).
     """
     marker = _current.set(_Delivering(message_id, stager, known))
     try:
@@ -131,17 +133,9 @@ def stager_for(envelope: Any) -> Stager | None:
 
 
 def known(message_id: uuid.UUID) -> Any:
-    """What the pass delivering the envelope ``message_id`` read of its row's saga at the
-    claim (see :func:`delivering`), or ``None``."""
+    """The answers read in advance for the steps of the envelope ``message_id`` (see
+    :func:`delivering`), or ``None``."""
     current = _current.get()
     if current is None or current.message_id != message_id:
         return None
     return current.known
-
-
-def forget_known(message_id: uuid.UUID) -> None:
-    """Drop what :func:`known` holds: it answered once, and a plan made again (after the
-    pass committed what it held for the saga) must read the saga afresh."""
-    current = _current.get()
-    if current is not None and current.message_id == message_id:
-        current.known = None

@@ -90,12 +90,20 @@ def _keys(flow: FlowDefinition, envelope: Envelope) -> dict[str, tuple[set[int],
     return keys
 
 
+class FlowOutcome(enum.Enum):
+    """What became of an envelope in one flow that awaits its type."""
+
+    APPLIED = "applied"  # a saga took it: a step, a ``meanwhile``
+    KEPT = "kept"  # kept for a later step of its saga
+    IGNORED = "ignored"  # no saga took it: ``Handled.reason`` says why
+
+
 @dataclass(frozen=True)
 class Handled:
     """What handling an envelope did for one flow that awaits its type (:func:`observing`)."""
 
     saga_type: str
-    outcome: str  # "applied" | "kept" | "ignored"
+    outcome: FlowOutcome
     #: Why it was ignored: the reason ``bsft.saga.event.ignored`` counts it under.
     reason: str = ""
     saga_id: uuid.UUID | None = None  # the saga it was applied to
@@ -251,7 +259,7 @@ def _fresh(
 
 def _ignore(flow: FlowDefinition, envelope: Envelope, ignored: _Ignored) -> None:
     telemetry.count_ignored(flow.saga_type, ignored.reason)
-    _observe(envelope, Handled(flow.saga_type, "ignored", ignored.reason))
+    _observe(envelope, Handled(flow.saga_type, FlowOutcome.IGNORED, ignored.reason))
     logger.debug(
         "bsft_saga: %s %s ignored by flow %s (%r), key %r, step %s: %s",
         envelope.event_type,
@@ -356,7 +364,7 @@ def _keep(flow: FlowDefinition, keeping: _Keep | _KeepForKey, envelope: Envelope
         return
     if outcome == kept.OVER_LIMIT:
         telemetry.count_ignored(flow.saga_type, "kept_limit")
-        _observe(envelope, Handled(flow.saga_type, "ignored", "kept_limit"))
+        _observe(envelope, Handled(flow.saga_type, FlowOutcome.IGNORED, "kept_limit"))
         logger.warning(
             "bsft_saga: %s %s not kept by flow %s (%r), key %r: %s events are kept for it "
             "already (ENGINE.MAX_KEPT_EVENTS_PER_SAGA); ignored",
@@ -378,7 +386,7 @@ def _keep(flow: FlowDefinition, keeping: _Keep | _KeepForKey, envelope: Envelope
         "- (no saga yet)" if step is None else step,
         keeping.for_step,
     )
-    _observe(envelope, Handled(flow.saga_type, "kept"))
+    _observe(envelope, Handled(flow.saga_type, FlowOutcome.KEPT))
 
 
 # The sagas whose kept events apply_kept is applying in this context: the windows it
@@ -646,7 +654,10 @@ def _run_and_commit(flow: FlowDefinition, plan: _Plan, envelope: Envelope) -> No
             trace_context=trace_context,
         )
     )
-    _observe(envelope, Handled(flow.saga_type, "applied", saga_id=plan.saga_id, starts=plan.is_new))
+    _observe(
+        envelope,
+        Handled(flow.saga_type, FlowOutcome.APPLIED, saga_id=plan.saga_id, starts=plan.is_new),
+    )
 
 
 def _journal_kind(plan: _Plan, envelope: Envelope, *, completes: bool) -> JournalKind:

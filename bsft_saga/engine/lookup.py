@@ -18,6 +18,7 @@ version race, never a wrong write: everything it says moves the saga's version o
 
 from __future__ import annotations
 
+import enum
 import uuid
 from collections.abc import Collection
 from dataclasses import dataclass, replace
@@ -62,24 +63,53 @@ class Found:
     step_timers_pending: bool
 
 
-@dataclass(frozen=True)
-class Known:
-    """The answer :func:`instance_for` would give for the event of the timer ``firing``,
-    read when its pass claimed it."""
+class Answers:
+    """What :func:`instance_for` would answer for one envelope, read before its step runs:
+    by a pass's claim, for a timer's own saga (:func:`firing_sagas`), or by ``publish_many``
+    for the events of a group (:func:`prefetch`). By question, ``(saga_type,
+    correlation_key, or_finished, firing)``: the instance, or ``None`` for none.
 
-    saga_type: str
-    firing: int
-    found: Found
+    Each answer is taken once: a plan made again (after a commit made room for it) reads
+    afresh. Whoever commits to a key since drops its answers (:meth:`forget`).
+    """
 
-    def answers(self, saga_type: str, correlation_key: str, firing: int | None) -> bool:
-        """Whether this is the answer to that question: the timer's own active saga."""
-        found = self.found
-        return (
-            firing == self.firing
-            and saga_type == self.saga_type
-            and correlation_key == found.correlation_key
-            and not found.is_complete
-        )
+    __slots__ = ("_by_question",)
+
+    def __init__(self) -> None:
+        self._by_question: dict[tuple[str, str, bool, int | None], Found | None] = {}
+
+    def add(
+        self,
+        saga_type: str,
+        correlation_key: str,
+        found: Found | None,
+        *,
+        or_finished: bool,
+        firing: int | None = None,
+    ) -> None:
+        """Record the answer to one question."""
+        self._by_question[saga_type, correlation_key, or_finished, firing] = found
+
+    def take(
+        self, saga_type: str, correlation_key: str, *, or_finished: bool, firing: int | None
+    ) -> Found | Unanswered | None:
+        """The answer to this question, once; ``UNANSWERED`` if it was not read."""
+        question = (saga_type, correlation_key, or_finished, firing)
+        return self._by_question.pop(question, UNANSWERED)
+
+    def forget(self, keys: Collection[tuple[str, str]]) -> None:
+        """Drop the answers about these ``(saga_type, correlation_key)``: outdated."""
+        for question in [q for q in self._by_question if q[:2] in keys]:
+            del self._by_question[question]
+
+
+class Unanswered(enum.Enum):
+    """The answer to a question :class:`Answers` was not asked."""
+
+    UNANSWERED = enum.auto()
+
+
+UNANSWERED = Unanswered.UNANSWERED
 
 
 _CONVERTED = (*((SagaInstance, name) for name in _COLUMNS), None, None)  # the two EXISTS
@@ -101,14 +131,11 @@ def instance_for(
     pass stamps it, but it is not a timer that ending the wait has to cancel. Its pass may
     know the answer already (:func:`firing_sagas`): it is then taken, once, without a query.
     """
-    known = staging.known(message_id)
-    if isinstance(known, Known) and known.answers(saga_type, correlation_key, firing):
-        staging.forget_known(message_id)
-        return known.found
-    if isinstance(known, Prefetched) and firing is None:
-        asked = (saga_type, correlation_key, or_finished)
-        if asked in known.answers:
-            return known.answers.pop(asked)  # once: a plan made again reads afresh
+    answers = staging.known(message_id)
+    if isinstance(answers, Answers):
+        answer = answers.take(saga_type, correlation_key, or_finished=or_finished, firing=firing)
+        if answer is not UNANSWERED:
+            return answer
     db = connections[DEFAULT_DB_ALIAS]  # the proxy, once (see sql._db)
     message = _MESSAGE_ID.get_db_prep_value(message_id, db, prepared=False)
     # 0 is no timer's id (they count from 1).
@@ -137,30 +164,12 @@ def _found(row: tuple[Any, ...]) -> Found:
     )
 
 
-class Prefetched:
-    """The answers :func:`instance_for` would give for one published event, read with
-    those of the other events of its group before any of their steps ran
-    (:func:`prefetch`): by ``(saga_type, correlation_key, or_finished)``, the instance, or
-    ``None`` for none. Each is taken once; whoever commits to a key since drops its answer
-    (:meth:`forget`)."""
-
-    __slots__ = ("answers",)
-
-    def __init__(self) -> None:
-        self.answers: dict[tuple[str, str, bool], Found | None] = {}
-
-    def forget(self, keys: Collection[tuple[str, str]]) -> None:
-        """Drop the answers about these ``(saga_type, correlation_key)``: outdated."""
-        for asked in [asked for asked in self.answers if asked[:2] in keys]:
-            del self.answers[asked]
-
-
 #: One question of :func:`prefetch`: which event (its index among the answers), of which
 #: message, asks about which flow's key, and whether a finished instance answers it too.
 Question = tuple[int, uuid.UUID, str, str, bool]
 
 
-def prefetch(questions: Collection[Question], count: int) -> list[Prefetched]:
+def prefetch(questions: Collection[Question], count: int) -> list[Answers]:
     """The answers to ``questions`` about ``count`` events, as :func:`instance_for` would
     give them, in a few queries per saga type rather than one per event.
 
@@ -170,7 +179,7 @@ def prefetch(questions: Collection[Question], count: int) -> list[Prefetched]:
     pending step-scoped timer. An answer outdated by a concurrent writer costs a lost
     version race at commit, as a claim's answer does.
     """
-    answers = [Prefetched() for _ in range(count)]
+    answers = [Answers() for _ in range(count)]
     by_type: dict[str, list[Question]] = {}
     for question in questions:
         by_type.setdefault(question[2], []).append(question)
@@ -180,14 +189,17 @@ def prefetch(questions: Collection[Question], count: int) -> list[Prefetched]:
             instance = active.get(key)
             if instance is None and or_finished:
                 instance = finished.get((key, message))
-            answers[index].answers[saga_type, key, or_finished] = (
+            answers[index].add(
+                saga_type,
+                key,
                 None
                 if instance is None
                 else replace(
                     instance,
                     handled=(instance.pk, message) in handled,
                     step_timers_pending=instance.pk in pending,
-                )
+                ),
+                or_finished=or_finished,
             )
     return answers
 
@@ -235,17 +247,18 @@ def _read(
 
 @dataclass(frozen=True)
 class FiringSaga:
-    """A claimed timer's saga: its row, and what :func:`instance_for` would answer."""
+    """A claimed timer's saga: its row, and what :func:`instance_for` would answer for the
+    timer's event (nothing, for a finished saga: a finished saga's timer wakes no step)."""
 
     instance: SagaInstance
-    known: Known
+    answers: Answers
 
 
 def firing_sagas(timers: list[SagaTimeout]) -> dict[int, FiringSaga]:
     """The saga of each of ``timers`` (claimed, about to fire), by timer id: one query.
 
     Each comes with the lookup's answer for the timer's event, had the saga's flow and key
-    asked for it now (:class:`Known`).
+    asked for it now (:class:`Answers`).
     """
     if not timers:
         return {}
@@ -258,8 +271,12 @@ def firing_sagas(timers: list[SagaTimeout]) -> dict[int, FiringSaga]:
     found: dict[int, FiringSaga] = {}
     for row, instance in zip(rows, instances, strict=True):
         timer_id, saga_type = row[0], row[-3]
-        known = Known(saga_type=saga_type, firing=timer_id, found=_found((*row[1:-3], *row[-2:])))
-        found[timer_id] = FiringSaga(instance, known)
+        answers = Answers()
+        saga = _found((*row[1:-3], *row[-2:]))
+        if not saga.is_complete:
+            # A timer's event starts no saga: its step asks for the active instance alone.
+            answers.add(saga_type, saga.correlation_key, saga, or_finished=False, firing=timer_id)
+        found[timer_id] = FiringSaga(instance, answers)
     return found
 
 

@@ -125,7 +125,7 @@ class TimerChannel(Channel[SagaTimeout]):
         cache = SagaTimeout.saga.field.set_cached_value
         for row in rows:
             cache(row, sagas[row.pk].instance)
-        return {timer_id: saga.known for timer_id, saga in sagas.items()}
+        return {timer_id: saga.answers for timer_id, saga in sagas.items()}
 
     def sort_out(
         self, rows: list[SagaTimeout], token: uuid.UUID, now: datetime
