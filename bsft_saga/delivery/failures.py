@@ -56,9 +56,10 @@ def lost_the_connection(exc: BaseException) -> bool:
 
     Inside a transaction, one whose savepoint could not be rolled back is broken, and so is
     one the driver found broken (a statement that failed with no savepoint to roll back
-    to: a commit group written at once). Outside one Django notices a lost connection only
-    on the next query, so this asks the database (one ``SELECT 1``), and only after a
-    database error.
+    to: a commit group written at once), or, on MariaDB and MySQL, whose driver raised one
+    of the client's "connection gone" errors (mysqlclient keeps no broken flag). Outside
+    one Django notices a lost connection only on the next query, so this asks the database
+    (one ``SELECT 1``), and only after a database error.
     """
     if not isinstance(exc, DatabaseError):
         return False
@@ -67,8 +68,19 @@ def lost_the_connection(exc: BaseException) -> bool:
             connection.needs_rollback
             or connection.closed_in_transaction
             or _broken(connection.connection)
+            or _gone_on_mysql(exc)
         )
     return connection.connection is None or not connection.is_usable()
+
+
+#: The MariaDB and MySQL errors of a connection that is gone: the server has gone away
+#: (2006), the connection was lost during a query (2013), killed (1927,
+#: ``ER_CONNECTION_KILLED``), or closed by the server for inactivity (4031).
+_MYSQL_CONNECTION_GONE = frozenset({2006, 2013, 1927, 4031})
+
+
+def _gone_on_mysql(exc: DatabaseError) -> bool:
+    return connection.vendor == "mysql" and bool(exc.args) and exc.args[0] in _MYSQL_CONNECTION_GONE
 
 
 def _broken(driver_connection: Any) -> bool:

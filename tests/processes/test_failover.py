@@ -78,11 +78,6 @@ def _terminate(pid: int) -> None:
 def test_a_pass_that_loses_its_session_gives_back_its_claims_and_the_loop_counts_every_fire(
     children: Supervisor, tmp_path: Path, point: str
 ) -> None:
-    if point == "window" and connection.vendor == "mysql":
-        pytest.skip(
-            "MariaDB: a session killed inside the group's window is recovered from (every "
-            "timer fires once, in time), but the loop logs no lost connection; not yet known why"
-        )
     keys = [f"failover-{uuid.uuid4().hex[:6]}-{i}" for i in range(TIMERS)]
     bulk_start_counters(keys, clock.now())
     pause_file, resume_file = tmp_path / "paused", tmp_path / "resume"
