@@ -4,7 +4,8 @@
 SHELL := /bin/bash
 .SHELLFLAGS := -eu -o pipefail -c
 .DEFAULT_GOAL := help
-# The SQLite, PostgreSQL and MariaDB runs share the Redis test database: never run them side by side.
+# Targets run one after another: `make test` puts its suites side by side itself (its lanes,
+# below), each with a Redis database and a Celery queue of its own.
 .NOTPARALLEL:
 
 PYTHON ?= python3
@@ -72,11 +73,11 @@ conn.close()
 endef
 export MARIADB_CHECK
 
-.PHONY: help venv mysql-driver lint test test-fast test-sqlite test-postgres test-mariadb test-pgbouncer test-model coverage coverage-erase demo docs dist bench profile soak wheel clean distclean
+.PHONY: help venv mysql-driver lint test test-suites test-fast test-sqlite test-postgres test-mariadb test-pgbouncer test-model coverage coverage-erase demo docs dist bench profile soak wheel clean distclean
 
 help:
 	@echo "make demo           set up .venv, run the sample project's sagas on SQLite end to end"
-	@echo "make test           set up .venv, lint, the docs build, the suite on SQLite, PostgreSQL and MariaDB, coverage"
+	@echo "make test           set up .venv, lint, the docs build, the suite on SQLite, PostgreSQL and MariaDB (two lanes side by side), coverage"
 	@echo "make test-fast      ruff + mypy, the suite on SQLite without the tests marked slow (< 2 min)"
 	@echo "make lint           ruff check, ruff format --check, mypy"
 	@echo "make test-sqlite    the suite on SQLite   (PYTEST_ARGS='-k timers' to narrow)"
@@ -174,7 +175,30 @@ test-pgbouncer: venv
 	echo "SKIPPED: PgBouncer run — $$reason; fix that and run 'make test-pgbouncer'"
 
 test: COVERAGE = 1
-test: venv mysql-driver lint docs coverage-erase test-sqlite test-postgres test-mariadb test-pgbouncer coverage
+test: venv mysql-driver lint docs coverage-erase test-suites coverage
+
+# The four runs in two lanes side by side, as many as a small CI machine has cores: SQLite
+# then MariaDB, and PostgreSQL then PgBouncer (the PostgreSQL run restarts its server once).
+# Each line is prefixed with its lane. The lanes share no database; the second has a Redis
+# database (POSTGRES_LANE_REDIS_URL) and a Celery queue of its own, since the worker tests
+# flush the one and purge the other. LANES=1 runs the four one after another.
+LANES ?= 2
+POSTGRES_LANE_REDIS_URL ?= redis://127.0.0.1:6379/14
+POSTGRES_LANE_ENV := CELERY_BROKER_URL=$(POSTGRES_LANE_REDIS_URL) BSFT_SAGA_CELERY_QUEUE=bsft_saga_postgres_lane
+SUITE_MAKE = $(MAKE) --no-print-directory COVERAGE=$(COVERAGE)
+test-suites: venv mysql-driver
+	@if [ "$(LANES)" = "1" ]; then \
+	    $(SUITE_MAKE) test-sqlite test-mariadb; \
+	    $(POSTGRES_LANE_ENV) $(SUITE_MAKE) test-postgres test-pgbouncer; \
+	    exit; \
+	fi; \
+	( $(SUITE_MAKE) test-sqlite test-mariadb 2>&1 | sed -u 's/^/[sqlite, mariadb] /' ) & first=$$!; \
+	( $(POSTGRES_LANE_ENV) $(SUITE_MAKE) test-postgres test-pgbouncer 2>&1 \
+	    | sed -u 's/^/[postgres, pgbouncer] /' ) & second=$$!; \
+	failed=(); \
+	wait $$first || failed+=("SQLite/MariaDB"); \
+	wait $$second || failed+=("PostgreSQL/PgBouncer"); \
+	if [ $${#failed[@]} -gt 0 ]; then echo "FAILED lanes: $${failed[*]} (search the output for their prefix)" >&2; exit 1; fi
 
 # The data of the runs before is dropped first: a figure only counts this run's tests.
 coverage-erase: venv

@@ -105,6 +105,10 @@ BSFT_SAGA = {
 CELERY_BROKER_URL = env("CELERY_BROKER_URL", default="redis://127.0.0.1:6379/15")
 CELERY_TASK_ALWAYS_EAGER = env.bool("CELERY_TASK_ALWAYS_EAGER", default=True)
 CELERY_TASK_EAGER_PROPAGATES = True
+# Suites run side by side (make test's lanes) each name a queue of their own: on RabbitMQ
+# they share one virtual host, where the default queue would hand one lane's tasks to the
+# other's worker. On Redis each lane has a database of its own (CELERY_BROKER_URL).
+CELERY_TASK_DEFAULT_QUEUE = env("BSFT_SAGA_CELERY_QUEUE", default="celery")
 
 LOGGING = {
     "version": 1,

@@ -7,8 +7,9 @@ pass.
 five-minute ``CLAIM_LEASE``: the rows its interrupted pass had claimed must come back within
 ``POLL_INTERVAL`` (one second here) plus a few seconds — given back by the next pass, not
 left to the lease — fire exactly once, and be counted in the loop's totals. The last test
-restarts the PostgreSQL server itself (``pg_ctlcluster``, as root on the machine the suite
-runs on; skipped with the reason elsewhere), which ends every session on it.
+restarts the database server itself (PostgreSQL's ``pg_ctlcluster``, or MariaDB's shutdown and
+start, as root on the machine the suite runs on; skipped with the reason elsewhere), which
+ends every session on it.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import signal
 import subprocess
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import timedelta
 from pathlib import Path
 
@@ -122,8 +123,12 @@ def test_a_pass_that_loses_its_session_gives_back_its_claims_and_the_loop_counts
     assert {saga.inbox_entries.count() for saga in sagas} == {2}
 
 
-def _restartable_cluster() -> list[str]:
-    """The ``pg_ctlcluster`` command that restarts the server the suite uses, or a skip."""
+def _restart_command() -> Callable[[], None]:
+    """What restarts the database server the suite uses, or a skip: PostgreSQL's cluster
+    (``pg_ctlcluster``), or MariaDB (stopped and started again with ``start-stop-daemon``,
+    as .ci/run starts it); root on the machine the server runs on, in both cases."""
+    if connection.vendor == "mysql":
+        return _mariadb_restart()
     require_postgres_backend()
     if os.environ.get("BSFT_SAGA_SKIP_PG_RESTART"):
         pytest.skip("BSFT_SAGA_SKIP_PG_RESTART is set: others share this PostgreSQL server")
@@ -134,7 +139,7 @@ def _restartable_cluster() -> list[str]:
     if connection.settings_dict.get("HOST") not in (None, "", "127.0.0.1", "localhost"):
         pytest.skip("the suite's PostgreSQL is not on this machine")
     versions = sorted(Path("/etc/postgresql").iterdir())
-    return [
+    command = [
         "pg_ctlcluster",
         "--skip-systemctl-redirect",
         versions[-1].name,
@@ -143,12 +148,43 @@ def _restartable_cluster() -> list[str]:
         "--mode",
         "fast",
     ]
+    return lambda: _run(command)
 
 
-def test_a_loop_draining_through_a_postgresql_restart_fires_every_timer_once(
+def _mariadb_restart() -> Callable[[], None]:
+    if os.environ.get("BSFT_SAGA_SKIP_MARIADB_RESTART"):
+        pytest.skip("BSFT_SAGA_SKIP_MARIADB_RESTART is set: others share this MariaDB server")
+    server, admin = Path("/usr/sbin/mariadbd"), shutil.which("mariadb-admin")
+    if not server.exists() or admin is None or shutil.which("start-stop-daemon") is None:
+        pytest.skip("no mariadbd, mariadb-admin or start-stop-daemon here: cannot restart it")
+    if os.geteuid() != 0:
+        pytest.skip("restarting MariaDB needs root")
+    settings = connection.settings_dict
+    if settings.get("HOST") not in (None, "", "127.0.0.1", "localhost"):
+        pytest.skip("the suite's MariaDB is not on this machine")
+    login = ["-h", "127.0.0.1", "-P", str(settings.get("PORT") or 3306), "-u", settings["USER"]]
+
+    def restart() -> None:
+        daemon = ["start-stop-daemon", "--oknodo", "--exec", str(server)]
+        _run([*daemon, "--stop", "--retry", "TERM/60"])  # a clean shutdown, waited for
+        _run([*daemon, "--start", "--background"])
+        _wait(
+            lambda: subprocess.run([admin, *login, "ping"], capture_output=True).returncode == 0,
+            60,
+            "MariaDB to answer again",
+        )
+
+    return restart
+
+
+def _run(command: list[str]) -> None:
+    subprocess.run(command, check=True, capture_output=True, timeout=120)
+
+
+def test_a_loop_draining_through_a_server_restart_fires_every_timer_once(
     children: Supervisor, tmp_path: Path
 ) -> None:
-    restart = _restartable_cluster()
+    restart = _restart_command()
     keys = [f"restart-{uuid.uuid4().hex[:6]}-{i}" for i in range(TIMERS)]
     bulk_start_counters(keys, clock.now())
     pause_file, resume_file = tmp_path / "paused", tmp_path / "resume"
@@ -164,7 +200,7 @@ def test_a_loop_draining_through_a_postgresql_restart_fires_every_timer_once(
     _wait(pause_file.exists, 60, "the loop to reach the middle of a batch")
 
     connections.close_all()  # the restart ends this process's sessions too
-    subprocess.run(restart, check=True, capture_output=True, timeout=120)
+    restart()
     restarted_at = time.monotonic()
     resume_file.touch()
 

@@ -15,7 +15,7 @@ reaches the next worker; give concurrent runs different databases.
 
 A test parametrized with ``@pytest.mark.parametrize("broker_url", BROKERS, indirect=True)``
 runs against RabbitMQ too (``rabbitmq_url()``, guest/guest on 127.0.0.1:5672 by default):
-its ``celery`` queue is purged before and after, and a RabbitMQ that does not answer skips
+its queue (``QUEUE``) is purged before and after, and a RabbitMQ that does not answer skips
 the test (fails it under ``CI=true``), as a missing Redis does.
 """
 
@@ -122,8 +122,9 @@ def wait_for(probe: Callable[[], T | None], worker: Worker, *, timeout: float = 
 #: The brokers a test parametrized indirectly on ``broker_url`` runs against.
 BROKERS = ("redis", "rabbitmq")
 DEFAULT_RABBITMQ_URL = "amqp://guest:guest@127.0.0.1:5672//"
-#: The queue bsft_saga's tasks are sent to (Celery's default).
-QUEUE = "celery"
+#: The queue bsft_saga's tasks are sent to: Celery's default, unless a lane of ``make test``
+#: names its own (``BSFT_SAGA_CELERY_QUEUE``, read by tests/settings.py too).
+QUEUE = os.environ.get("BSFT_SAGA_CELERY_QUEUE", "celery")
 
 
 def rabbitmq_url() -> str:
@@ -269,6 +270,7 @@ def enqueuing_to(broker_url: str) -> Iterator[None]:
     previous = app_or_default()
     app = Celery("bsft-saga-worker-test", broker=broker_url, set_as_current=False)
     app.conf.task_always_eager = False
+    app.conf.task_default_queue = QUEUE  # the workers' (tests/settings.py)
     app.set_current()
     try:
         yield
