@@ -57,3 +57,48 @@ def test_a_sagas_creation_binds_few_enough_parameters_for_psycopg_to_cache_its_p
 
     (creation,) = [params for statement, params in executed if "INSERT" in statement]
     assert len(creation) <= MAX_CACHED_STATEMENT_PARAMS
+
+
+def test_arrays_are_bound_apart_from_the_statement_whose_text_stays_the_same_for_any_rows() -> None:
+    # Written into the statement's text (Django's client-side binding), every element is
+    # quoted in Python and parsed by the server: the text grows with the rows.
+    require_postgres_backend()
+    from django.test.utils import CaptureQueriesContext
+
+    for key in ("k-a", "k-b", "k-c"):
+        publish(BenchReminderRequested(key))
+    few = list(SagaTimeout.objects.values_list("pk", flat=True))[:1]
+    every = list(SagaTimeout.objects.values_list("pk", flat=True))
+    logged = []
+    for pks in (few, every):
+        with CaptureQueriesContext(connection) as queries:
+            matched = sql.update_each(SagaTimeout, {"attempts": 1}, {}, pks)
+        assert matched == set(pks)
+        (statement,) = [query["sql"] for query in queries.captured_queries]
+        logged.append(statement)
+    assert logged[0] == logged[1]
+    assert set(SagaTimeout.objects.values_list("attempts", flat=True)) == {1}
+
+
+def test_arrays_are_bound_as_text_where_django_binds_on_the_server_and_logs_queries() -> None:
+    # Django renders a logged statement with a client-side cursor, which refuses binary
+    # parameters; with OPTIONS["server_side_binding"] the arrays go as text instead.
+    require_postgres_backend()
+    from django.db.backends.postgresql.base import DatabaseWrapper
+
+    settings = connection.settings_dict
+    options = {**settings["OPTIONS"], "server_side_binding": True}
+    server_side = DatabaseWrapper({**settings, "OPTIONS": options}, alias="server_side")
+    server_side.force_debug_cursor = True
+    try:
+        for logged in (True, False):
+            server_side.force_debug_cursor = logged
+            run, statement = sql._cursor(
+                server_side, f"SELECT count(*) FROM unnest(CAST({sql._ARRAY} AS integer[]))"
+            )
+            with run as cursor:
+                cursor.execute(statement, [[1, 2, 3]])
+                assert cursor.fetchone() == (3,)
+        assert len(server_side.queries) == 1  # the logged one, rendered
+    finally:
+        server_side.close()
