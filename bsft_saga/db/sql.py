@@ -69,9 +69,7 @@ def insert(model: type[models.Model], rows: Sequence[Mapping[str, Any]]) -> None
     atomic = transaction.atomic(savepoint=False) if len(statements) > 1 else nullcontext()
     with atomic:
         for sql, params in statements:
-            run, statement = _cursor(db, sql)
-            with run as cursor:
-                cursor.execute(statement, params)
+            _execute(db, sql, params)
 
 
 def insert_unless_present(model: type[models.Model], row: Mapping[str, Any]) -> bool:
@@ -175,12 +173,12 @@ def _db() -> BaseDatabaseWrapper:
 
 
 #: The placeholder of a PostgreSQL statement's array parameter (the ``unnest`` and
-#: ``= ANY`` forms): psycopg binds it in binary (see :func:`_cursor`).
+#: ``= ANY`` forms): psycopg binds it in binary (see :func:`_execute`).
 _ARRAY = "%b"
 
 
-def _cursor(db: BaseDatabaseWrapper, sql: str) -> tuple[Any, str]:
-    """A cursor to run ``sql`` on, and the statement to run.
+def _execute(db: BaseDatabaseWrapper, sql: str, params: Sequence[Any]) -> None:
+    """Run ``sql`` with ``params``.
 
     A statement binding arrays (``%b``) runs on a cursor that binds its parameters on the
     server, the arrays in binary: Django's own cursor binds on the client (unless
@@ -192,21 +190,45 @@ def _cursor(db: BaseDatabaseWrapper, sql: str) -> tuple[Any, str]:
     text (``%s``) on psycopg 2, and where Django binds on the server but renders logged
     statements (``DEBUG``) with a client cursor, which knows no binary parameter.
     """
+    cursor, statement = _cursor_for(db, sql)
+    with cursor:
+        cursor.execute(statement, params)
+
+
+def _returned_keys(db: BaseDatabaseWrapper, sql: str, params: Sequence[Any]) -> set[Any]:
+    """:func:`_execute` a statement that returns one key per row; return the keys."""
+    cursor, statement = _cursor_for(db, sql)
+    with cursor:
+        cursor.execute(statement, params)
+        return {row[0] for row in cursor.fetchall()}
+
+
+def _cursor_for(db: BaseDatabaseWrapper, sql: str) -> tuple[Any, str]:
+    """The cursor :func:`_execute` runs ``sql`` on, and the statement it runs."""
     if _ARRAY not in sql:
         return db.cursor(), sql
-    from django.db.backends.postgresql.psycopg_any import is_psycopg3
-
+    binding = _server_binding_cursor()
     server_side = bool(getattr(db.features, "uses_server_side_binding", False))
-    if not is_psycopg3 or (server_side and db.queries_logged):
+    if binding is None or (server_side and db.queries_logged):
         return db.cursor(), sql.replace(_ARRAY, "%s")
     if server_side:
         return db.cursor(), sql
-    from django.db.backends.postgresql.base import ServerBindingCursor
-
     db.ensure_connection()
     db.validate_thread_sharing()
-    driver: Any = ServerBindingCursor(db.connection)  # type: ignore[call-arg]
+    driver = binding(db.connection)
     return (db.make_debug_cursor(driver) if db.queries_logged else db.make_cursor(driver)), sql
+
+
+@cache
+def _server_binding_cursor() -> Any:
+    """Django's server-binding cursor class on psycopg 3; ``None`` on psycopg 2."""
+    from django.db.backends.postgresql.psycopg_any import is_psycopg3
+
+    if not is_psycopg3:
+        return None
+    from django.db.backends.postgresql.base import ServerBindingCursor
+
+    return ServerBindingCursor
 
 
 def insert_together(
@@ -231,15 +253,11 @@ def insert_together(
         # Inside a caller's transaction: part of it.
         with transaction.atomic(savepoint=False):
             for sql, values in statements:
-                run, statement = _cursor(db, sql)
-                with run as cursor:
-                    cursor.execute(statement, values)
+                _execute(db, sql, values)
         return
     *first, (last, _values) = statements
     clauses = ", ".join(f"{_quoted(f'w{n}')} AS ({sql})" for n, (sql, _) in enumerate(first))
-    run, statement = _cursor(db, f"WITH {clauses} {last}")
-    with run as cursor:
-        cursor.execute(statement, params)
+    _execute(db, f"WITH {clauses} {last}", params)
 
 
 def update(model: type[models.Model], values: Mapping[str, Any], where: Mapping[str, Any]) -> int:
@@ -325,10 +343,7 @@ def update_each(
     sql = _update_each_sql(model, tuple(values), tuple(where), nulls)
     params = _update_params(model, values, where, nulls, db)
     keys = [pk.get_db_prep_value(key, db, prepared=False) for key in pks]
-    run, statement = _cursor(db, sql)
-    with run as cursor:
-        cursor.execute(statement, [*params, keys])
-        return {row[0] for row in cursor.fetchall()}
+    return _returned_keys(db, sql, [*params, keys])
 
 
 @cache
@@ -395,10 +410,7 @@ def update_then_insert_each(
             columns = [[] for _ in params]
         for column, param in zip(columns, params, strict=True):
             column.append(param)
-    run, statement = _cursor(db, sql)
-    with run as cursor:
-        cursor.execute(statement, columns)
-        return {row[0] for row in cursor.fetchall()}
+    return _returned_keys(db, sql, columns)
 
 
 @cache
