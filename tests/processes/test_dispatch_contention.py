@@ -35,7 +35,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from django.apps import apps
 from django.db import connection
 from django.db.models import Count, Exists, OuterRef, QuerySet
 from django.utils import timezone
@@ -47,6 +46,7 @@ from bsft_saga.models import (
     TimeoutOutcome,
 )
 from tests.support.processes import supervised
+from tests.support.saga_tables import reset_saga_tables, vacuum_analyze
 from tests.support.services import require_server_database
 from tests.testapp.bulk import bulk_ask_questions, bulk_open_notices
 from tests.testapp.dispatch_flows import NOTICE_TIMERS, NoticeFlow, QuestionFlow
@@ -108,7 +108,7 @@ def test_two_due_timers_per_saga_fire_once_without_deadlocks_while_replies_race_
         saga_type=NoticeFlow.saga_type,
     )
     found["two timers per saga"], expected["two timers per saga"] = _noticed_once(two)
-    _empty_saga_tables()
+    reset_saga_tables()
 
     notices = _notices(rng, now)
     questions = [f"question-{i:04d}" for i in range(QUESTIONS)]
@@ -196,7 +196,7 @@ def _drain(
                     name="publisher",
                 )
             )
-        _vacuum_analyze()
+        vacuum_analyze()
         children.release_together(started)
         released = timezone.now()
         reports = [child.report(timeout=PHASE_SECONDS + 30) for child in started]
@@ -301,31 +301,3 @@ def _deadlocks() -> int:
         cursor.execute("SELECT deadlocks FROM pg_stat_database WHERE datname = current_database()")
         (count,) = cursor.fetchone()
     return int(count)
-
-
-def _saga_tables() -> list[str]:
-    """Every table of bsft_saga's models (TRUNCATE refuses one whose referrers it leaves)."""
-    models = apps.get_app_config("bsft_saga").get_models()
-    return [connection.ops.quote_name(model._meta.db_table) for model in models]
-
-
-def _empty_saga_tables() -> None:
-    """Start the next phase from tables as empty as the first one's."""
-    with connection.cursor() as cursor:
-        if connection.vendor == "mysql":  # one table at a time, the foreign keys unchecked
-            cursor.execute("SET FOREIGN_KEY_CHECKS = 0")
-            for table in _saga_tables():
-                cursor.execute(f"TRUNCATE {table}")
-            cursor.execute("SET FOREIGN_KEY_CHECKS = 1")
-            return
-        cursor.execute(f"TRUNCATE {', '.join(_saga_tables())}")
-
-
-def _vacuum_analyze() -> None:
-    """Fresh statistics for the rows just written, before any dispatcher plans a claim."""
-    analyze = "ANALYZE TABLE" if connection.vendor == "mysql" else "VACUUM ANALYZE"
-    with connection.cursor() as cursor:
-        for table in _saga_tables():
-            cursor.execute(f"{analyze} {table}")
-            if connection.vendor == "mysql":
-                cursor.fetchall()  # ANALYZE TABLE answers with a row per table
