@@ -15,7 +15,7 @@ reaches the next worker; give concurrent runs different databases.
 
 A test parametrized with ``@pytest.mark.parametrize("broker_url", BROKERS, indirect=True)``
 runs against RabbitMQ too (``rabbitmq_url()``, guest/guest on 127.0.0.1:5672 by default):
-its queue (``QUEUE``) is purged before and after, and a RabbitMQ that does not answer skips
+its queue (``queue()``) is purged before and after, and a RabbitMQ that does not answer skips
 the test (fails it under ``CI=true``), as a missing Redis does.
 """
 
@@ -122,9 +122,14 @@ def wait_for(probe: Callable[[], T | None], worker: Worker, *, timeout: float = 
 #: The brokers a test parametrized indirectly on ``broker_url`` runs against.
 BROKERS = ("redis", "rabbitmq")
 DEFAULT_RABBITMQ_URL = "amqp://guest:guest@127.0.0.1:5672//"
-#: The queue bsft_saga's tasks are sent to: Celery's default, unless a lane of ``make test``
-#: names its own (``BSFT_SAGA_CELERY_QUEUE``, read by tests/settings.py too).
-QUEUE = os.environ.get("BSFT_SAGA_CELERY_QUEUE", "celery")
+
+
+def queue() -> str:
+    """The queue bsft_saga's tasks are sent to and the workers consume: Celery's default,
+    unless a lane of ``make test`` names its own (tests/settings.py)."""
+    from django.conf import settings
+
+    return str(settings.CELERY_TASK_DEFAULT_QUEUE)
 
 
 def rabbitmq_url() -> str:
@@ -167,7 +172,7 @@ def _purge_rabbitmq(url: str) -> None:
             connection.ensure_connection(max_retries=1)
             channel: Any = connection.channel()  # an amqp channel: it has queue_purge
             with suppress(NotFound):
-                channel.queue_purge(QUEUE)
+                channel.queue_purge(queue())
     except (OperationalError, OSError) as exc:
         message = f"RabbitMQ not reachable at {url.split('@')[-1]}: {exc!r}"
         if in_ci():
@@ -270,7 +275,7 @@ def enqueuing_to(broker_url: str) -> Iterator[None]:
     previous = app_or_default()
     app = Celery("bsft-saga-worker-test", broker=broker_url, set_as_current=False)
     app.conf.task_always_eager = False
-    app.conf.task_default_queue = QUEUE  # the workers' (tests/settings.py)
+    app.conf.task_default_queue = queue()  # the workers'
     app.set_current()
     try:
         yield
