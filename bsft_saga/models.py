@@ -142,11 +142,14 @@ class SagaInstance(VendorModelChecks, models.Model):
 class SagaInboxEntry(models.Model):
     """A message id an instance has handled; makes handling idempotent per instance."""
 
+    # No index of its own: the unique constraint's (saga, message_id) index serves every
+    # lookup by saga, and one index fewer is written with each handled event.
     saga = models.ForeignKey(
         SagaInstance,
         verbose_name=_("saga"),
         on_delete=models.CASCADE,
         related_name="inbox_entries",
+        db_index=False,
     )
     message_id = models.UUIDField(_("message id"))
     event_type = models.CharField(_("event type"), max_length=200)
@@ -221,11 +224,13 @@ class SagaKeptEvent(VendorModelChecks, DeliveryRow):
     ``not_awaited``) by the commit that moves its saga past the last step that could take it.
     """
 
+    # Looked up by saga down the (saga, message_id) and (saga, step_index, kept_at) indexes.
     saga = models.ForeignKey(
         SagaInstance,
         verbose_name=_("saga"),
         on_delete=models.CASCADE,
         related_name="kept_events",
+        db_index=False,
         null=True,
         blank=True,
         help_text=_("Null while no saga of its key is active yet (kept before its saga started)."),
@@ -531,8 +536,13 @@ class SagaJournalEntry(models.Model):
     """
 
     id = models.BigAutoField(primary_key=True)
+    # Looked up by saga down bsft_saga_journal_saga_idx, whose first column it is.
     saga = models.ForeignKey(
-        SagaInstance, verbose_name=_("saga"), on_delete=models.CASCADE, related_name="journal"
+        SagaInstance,
+        verbose_name=_("saga"),
+        on_delete=models.CASCADE,
+        related_name="journal",
+        db_index=False,
     )
     at = models.DateTimeField(_("at"))
     kind = models.CharField(_("kind"), max_length=20, choices=JournalKind.choices)
