@@ -21,7 +21,7 @@ parameter limit (SQLite's 999 ``connection.features.max_query_params``).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from contextlib import nullcontext
 from functools import cache, lru_cache
 from typing import Any, TypeVar
@@ -124,11 +124,7 @@ def _insert_statements(
         # execution (it caches none of more than 50 parameters) and the server plans anew
         # for each row count. With an array per column, the text and the parameters stay
         # the same for any number of rows.
-        columns: list[list[Any]] = [[] for _ in fields]
-        for row in rows:
-            for column, param in zip(columns, _row_params(fields, row, db), strict=True):
-                column.append(param)
-        return [(_insert_unnest_sql(model, names), columns)]
+        return [(_insert_unnest_sql(model, names), _inserted_columns(fields, rows, db))]
     statements = []
     start = 0
     for count in _chunk_counts(len(rows), len(fields), db):
@@ -160,6 +156,45 @@ def _row_params(
         field.get_db_prep_save(row[field.name] if field.name in row else field.get_default(), db)
         for field in fields
     ]
+
+
+def _inserted_columns(
+    fields: Sequence[Field[Any, Any]], rows: Sequence[Mapping[str, Any]], db: BaseDatabaseWrapper
+) -> list[list[Any]]:
+    """What :func:`_row_params` binds for each of ``rows``, column by column."""
+    return [
+        _column(
+            field.get_db_prep_save,
+            [row[field.name] if field.name in row else field.get_default() for row in rows],
+            db,
+        )
+        for field in fields
+    ]
+
+
+def _column(
+    prepare: Callable[[Any, BaseDatabaseWrapper], Any],
+    values: Sequence[Any],
+    db: BaseDatabaseWrapper,
+) -> list[Any]:
+    """``values`` (one column of many rows) each bound with ``prepare``, a field's
+    ``get_db_prep_save`` or ``get_db_prep_value``: a value that is the row before's own
+    object is prepared once. A group's rows share most of theirs (their defaults, the
+    flow's names, ``None`` s), and each preparation passes through several of the field's
+    methods and the backend's."""
+    column: list[Any] = []
+    last: Any = column  # no value is this list
+    param = None
+    for value in values:
+        if value is not last:
+            last, param = value, prepare(value, db)
+        column.append(param)
+    return column
+
+
+def _where_prep(field: Field[Any, Any]) -> Callable[[Any, BaseDatabaseWrapper], Any]:
+    """How the ORM binds a value ``field`` is compared with (``get_db_prep_value``)."""
+    return lambda value, db: field.get_db_prep_value(value, db, prepared=False)
 
 
 def _db() -> BaseDatabaseWrapper:
@@ -395,21 +430,20 @@ def update_then_insert_each(
     set_names, where_names = tuple(values), tuple(where)
     shape = tuple((into, tuple(inserted[0])) for into, inserted in then)
     sql = _update_then_insert_each_sql(model, set_names, where_names, nulls, shape)
-    insert_fields = [_insert_fields(into, names) for into, names in shape]
+    assert all((tuple(values), tuple(where)) == (set_names, where_names) for values, where in rows)
     # One array per column: the statement's text is the same whatever the number of rows.
-    columns: list[list[Any]] = []
-    for n, (values, where) in enumerate(rows):
-        assert (tuple(values), tuple(where)) == (set_names, where_names)
-        params = _update_params(model, values, where, nulls, db)
-        for fields, (_into, names), (_same, inserted) in zip(
-            insert_fields, shape, then, strict=True
-        ):
-            assert tuple(inserted[n]) == names
-            params += _row_params(fields, inserted[n], db)
-        if not columns:
-            columns = [[] for _ in params]
-        for column, param in zip(columns, params, strict=True):
-            column.append(param)
+    columns = [
+        _column(_field(model, name).get_db_prep_save, [values[name] for values, _ in rows], db)
+        for name in set_names
+    ]
+    columns += [
+        _column(_where_prep(_field(model, name)), [where[name] for _, where in rows], db)
+        for name in where_names
+        if name not in nulls
+    ]
+    for (into, names), (_same, inserted) in zip(shape, then, strict=True):
+        assert all(tuple(row) == names for row in inserted)
+        columns += _inserted_columns(_insert_fields(into, names), inserted, db)
     return _returned_keys(db, sql, columns)
 
 

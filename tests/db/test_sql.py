@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from datetime import timedelta
 from typing import Any
 
 import pytest
@@ -37,6 +38,36 @@ def test_columns_the_rows_leave_out_get_the_fields_defaults_null_ones_included()
     )
     assert left_out.attempts == 0  # a default that is not NULL is still bound
     assert SagaTimeout.objects.get(saga=saga, name="third").next_attempt_at == timer.due_at
+
+
+def test_values_shared_by_neighbouring_rows_are_bound_to_each_of_them() -> None:
+    # Rows of a group share value objects (a payload, a moment); each column is prepared
+    # once per run of one object, and every row still gets its own value back.
+    publish(BenchReminderRequested("k-1"))
+    saga = SagaInstance.objects.get(correlation_key="k-1")
+    timer = SagaTimeout.objects.get(saga=saga)
+    shared, other = {"which": "shared"}, {"which": "other"}
+    later = timer.due_at + timedelta(hours=1)
+    payloads = [shared, shared, other, shared, {"which": "shared"}]
+    moments = [timer.due_at, later, later, timer.due_at, later]
+    rows = [
+        {
+            "saga": saga.pk,
+            "name": f"t{n}",
+            "due_at": moment,
+            "event_type": "x.y",
+            "scheduled_step_index": 1,
+            "scheduled_at": timer.scheduled_at,
+            "correlation_id": "c",
+            "payload": payload,
+        }
+        for n, (payload, moment) in enumerate(zip(payloads, moments, strict=True))
+    ]
+
+    sql.insert(SagaTimeout, rows)
+
+    written = SagaTimeout.objects.filter(saga=saga, name__startswith="t").order_by("name")
+    assert [(t.payload, t.due_at) for t in written] == list(zip(payloads, moments, strict=True))
 
 
 def test_a_sagas_creation_binds_few_enough_parameters_for_psycopg_to_cache_its_parsing() -> None:
