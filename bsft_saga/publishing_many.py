@@ -4,7 +4,9 @@
 Each event is handled as ``publish()`` handles it (the same lookup, step guard, inbox,
 bodies, signal), but its window is not written on its own: it is *staged* here, as a pass
 stages the windows of the steps its rows wake (:mod:`bsft_saga.delivery.staging`), and the
-windows of up to ``GROUP_SIZE`` events are written together in one short transaction. The
+windows of up to ``GROUP_SIZE`` events are written together in one short transaction (sooner,
+once the group's steps have run for a commit interval, as a pass commits: a saga is never
+left uncommitted behind the slow steps of the events after it for longer). The
 lookups of a group are read before any of its steps runs (``lookup.prefetch``), and the
 new instances of a group, with their inbox rows, journal entries, timers and outbox rows,
 are one INSERT per table (``window.create_each``), so that a group costs a bounded number
@@ -32,6 +34,7 @@ from bsft_saga.correlation import get_correlation_id, new_correlation_id
 from bsft_saga.db.datetimes import storable
 from bsft_saga.delivery.commit import advance_each, advanced_saga, lock_order, shape_of
 from bsft_saga.delivery.failures import lost_the_connection
+from bsft_saga.delivery.passes import COMMIT_INTERVAL
 from bsft_saga.delivery.staging import LostRace, StagedWindow, delivering
 from bsft_saga.engine import handler, lookup, window
 from bsft_saga.events import payloads
@@ -102,7 +105,9 @@ def publish_many(
     ``publish()`` is written. An event for a key that an earlier event of the call used
     sees that event's saga, exactly as the second of two ``publish()`` calls. What differs
     is how it is written: the windows of up to ``GROUP_SIZE`` events are committed together,
-    in one short transaction and a bounded number of statements; one that failed to write
+    in one short transaction and a bounded number of statements (a group whose steps have
+    run for 0.1 s commits sooner, as a timer pass does, so that slow steps never hold the
+    sagas before them uncommitted for longer); one that failed to write
     is written again on its own, and one that lost a race to a concurrent writer is applied
     again against fresh state (its steps run again), before the events after it.
 
@@ -207,6 +212,7 @@ class _Publishing:
         self.envelopes = envelopes
         self.results: list[Published | None] = [None] * len(envelopes)
         self.group: list[_Unit] = []
+        self.group_started: float | None = None  # when the group's first step began
         self.unit: _Unit | None = None  # the event whose steps are running
         # Inside a caller's transaction: each event in a savepoint, committed right after
         # it, so that a group's commit never falls inside another event's savepoint.
@@ -222,7 +228,7 @@ class _Publishing:
             if index not in self.prefetched and self.results[index] is None:
                 self._prefetch([index, *itertools.islice(queue, GROUP_SIZE - 1)])
             self._publish(index)
-            if len(self.group) >= GROUP_SIZE or self.nested or not queue:
+            if len(self.group) >= GROUP_SIZE or self.nested or not queue or self._interval_over():
                 self._commit()
             queue.extendleft(reversed(self.again))
             self.again = []
@@ -244,9 +250,15 @@ class _Publishing:
         answers = lookup.prefetch(questions, len(indices))
         self.prefetched.update(zip(indices, answers, strict=True))
 
+    def _interval_over(self) -> bool:
+        started = self.group_started
+        return started is not None and clock.stopwatch() - started >= COMMIT_INTERVAL
+
     def _publish(self, index: int) -> None:
         envelope = self.envelopes[index]
         unit = _Unit(index)
+        if self.group_started is None:
+            self.group_started = clock.stopwatch()
         self.unit = unit
         try:
             with (
@@ -298,7 +310,7 @@ class _Publishing:
 
     def _commit(self) -> None:
         units = sorted(self.group, key=_Unit.lock_key)
-        self.group = []
+        self.group, self.group_started = [], None
         if not units:
             return
         # What runs after the commit (the kept events of a step reached, outbox rows) is

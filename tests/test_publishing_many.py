@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 import uuid
 from collections.abc import Callable
 from typing import Any
@@ -14,6 +15,7 @@ from freezegun import freeze_time
 
 import bsft_saga
 from bsft_saga import Published, PublishOutcome, apublish_many, publish, publish_many
+from bsft_saga.delivery.passes import COMMIT_INTERVAL
 from bsft_saga.models import (
     SagaInboxEntry,
     SagaInstance,
@@ -150,6 +152,25 @@ def test_each_step_runs_with_no_transaction_open() -> None:
     states = SagaInstance.objects.filter(saga_type=ContextProbeFlow.saga_type)
     assert [s.state["in_atomic_block"] for s in states] == [False, False]
     assert sorted(s.state["steps"] for s in states) == [1, 2]
+
+
+def test_a_group_of_slow_steps_commits_once_they_have_run_for_a_commit_interval() -> None:
+    # Each event's receivers take longer than a commit interval: each event's saga is
+    # committed before the next event's steps run, not after the hundredth.
+    committed_before: list[int] = []
+
+    def slow(sender: type, *, envelope: Any, **kwargs: Any) -> None:
+        committed_before.append(SagaInstance.objects.count())  # no transaction is open
+        time.sleep(COMMIT_INTERVAL * 1.2)
+
+    event_published.connect(slow, dispatch_uid="test-publish-many-slow")
+    try:
+        published = publish_many([ReminderRequested(f"r-slow-{n}") for n in range(3)])
+    finally:
+        event_published.disconnect(dispatch_uid="test-publish-many-slow")
+
+    assert _outcomes(published) == [STARTED] * 3
+    assert committed_before == [0, 1, 2]
 
 
 # -- what it returns ---------------------------------------------------------------------

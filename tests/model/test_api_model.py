@@ -24,6 +24,7 @@ from collections import Counter
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
+from unittest import mock
 
 import pytest
 from django.conf import settings as django_settings
@@ -42,7 +43,7 @@ from hypothesis.stateful import (
 )
 from opentelemetry import trace
 
-from bsft_saga import PublishOutcome, publish, publish_many, telemetry
+from bsft_saga import PublishOutcome, publish, publish_many, publishing_many, telemetry
 from bsft_saga.draining import drain_round
 from bsft_saga.engine.termination import terminate
 from bsft_saga.flows import activation
@@ -54,6 +55,7 @@ from bsft_saga.models import (
     SagaOutboxMessage,
     SagaTimeout,
 )
+from bsft_saga.publishing_many import GROUP_SIZE
 from bsft_saga.telemetry import IGNORED_REASONS, trace_context_of
 from bsft_saga.timeouts.edits import cancel_timers, reschedule_timer
 from bsft_saga.timeouts.expedite import fire_now
@@ -270,10 +272,11 @@ class ApiMachine(RuleBasedStateMachine):
         sent = data.draw(st.sampled_from(self.model.sent), label="repeat of")
         self._send(sent, when, later)
 
-    @rule(data=st.data(), size=st.integers(1, 6))
-    def publish_a_batch(self, data: st.DataObject, size: int) -> None:
+    @rule(data=st.data(), size=st.integers(1, 6), group=st.sampled_from([1, 2, 3, GROUP_SIZE]))
+    def publish_a_batch(self, data: st.DataObject, size: int, group: int) -> None:
         """Several events in one ``publish_many()``, new ones and repeats of message ids
-        (of earlier calls, or of the batch itself): as if published one by one, in order."""
+        (of earlier calls, or of the batch itself): as if published one by one, in order.
+        Its groups commit every ``group`` events, as slow steps make them commit early."""
         batch: list[Sent] = []
         for _ in range(size):
             earlier = self.model.sent + batch
@@ -285,10 +288,11 @@ class ApiMachine(RuleBasedStateMachine):
         for sent in batch:
             if sent not in self.model.sent:
                 self.model.sent.append(sent)
-        published = publish_many(
-            [EVENTS[sent.kind](sent) for sent in batch],
-            message_ids=[sent.message_id for sent in batch],
-        )
+        with mock.patch.object(publishing_many, "GROUP_SIZE", group):
+            published = publish_many(
+                [EVENTS[sent.kind](sent) for sent in batch],
+                message_ids=[sent.message_id for sent in batch],
+            )
         expected = self.model.publish_many(batch)
         outcomes = [
             f"ignored:{p.reason}" if p.outcome is PublishOutcome.IGNORED else p.outcome.value
