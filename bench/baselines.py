@@ -17,6 +17,9 @@ codecs, signals or model instances, and its statements are prepared by psycopg a
 fifth use: what is left between the library and it is the price of everything the library
 does for each timer.
 
+:class:`RawRowStart` is the same ceiling for start events: psycopg 3, per event the three
+single-row ``INSERT`` s ``start_by_hand`` makes, and a commit.
+
 The last two, :class:`RawSetDrain` and :class:`RawSetStart`, are what a PostgreSQL expert
 would write for the same rows, psycopg 3 without Django: a statement per table and per
 batch instead of a statement per row (a version-checked ``UPDATE … FROM unnest(…)`` of all
@@ -433,5 +436,107 @@ class RawSetStart:
                     [Jsonb({"request_id": key}) for key in keys],
                     [uuid.uuid4() for _ in keys],
                     [uuid.uuid4().hex for _ in keys],
+                ),
+            )
+
+
+def _insert_row(model: type[models.Model], given: dict[str, str]) -> tuple[str, list[Any]]:
+    """``INSERT … VALUES`` of one row into ``model``'s table: the columns of ``given``
+    (column: an SQL expression over ``%s``), the model's defaults for the rest.
+
+    Returns the statement and the defaults' values; it binds ``given``'s values, then the
+    defaults.
+    """
+    quote = connection.ops.quote_name
+    columns, placeholders, defaults = _constants(model, list(given))
+    targets = [*(quote(c) for c in given), *columns]
+    statement = (
+        f"INSERT INTO {quote(model._meta.db_table)} ({', '.join(targets)}) "
+        f"VALUES ({', '.join([*given.values(), *placeholders])})"
+    )
+    return statement, defaults
+
+
+@dataclass(frozen=True)
+class RawRowStart:
+    """The raw ceiling of the step, a row at a time: what ``start_by_hand`` writes for one
+    start event (the instance, its inbox row, its reminder: three single-row ``INSERT`` s)
+    and one commit, psycopg 3 on a connection of its own, its statements prepared by
+    psycopg after their fifth use. ``publish()`` commits each event too: this is the price
+    of that work with no Python but the driver's."""
+
+    instances: str
+    instance_defaults: list[Any]
+    inbox: str
+    inbox_defaults: list[Any]
+    timers: str
+    timer_defaults: list[Any]
+
+    @classmethod
+    def for_models(cls) -> RawRowStart:
+        moment = "CAST(%s AS timestamp with time zone)"
+        instances, instance_defaults = _insert_row(
+            SagaInstance,
+            {
+                "id": "CAST(%s AS uuid)",
+                "saga_type": "CAST(%s AS varchar(200))",
+                "correlation_key": "CAST(%s AS varchar(200))",
+                "state_type": "CAST(%s AS varchar(300))",
+                "state": "CAST(%s AS jsonb)",
+                "step_index": "CAST(%s AS integer)",
+                "created_at": moment,
+                "updated_at": moment,
+                "version": "CAST(%s AS integer)",
+            },
+        )
+        inbox, inbox_defaults = _insert_row(
+            SagaInboxEntry,
+            {
+                "saga_id": "CAST(%s AS uuid)",
+                "message_id": "CAST(%s AS uuid)",
+                "event_type": "CAST(%s AS varchar(200))",
+                "handled_at": moment,
+            },
+        )
+        timers, timer_defaults = _insert_row(
+            SagaTimeout,
+            {
+                "saga_id": "CAST(%s AS uuid)",
+                "name": "CAST(%s AS varchar(200))",
+                "due_at": moment,
+                "event_type": "CAST(%s AS varchar(200))",
+                "payload": "CAST(%s AS jsonb)",
+                "message_id": "CAST(%s AS uuid)",
+                "correlation_id": "CAST(%s AS varchar(200))",
+                "scheduled_step_index": "CAST(%s AS integer)",
+                "scheduled_at": moment,
+            },
+        )
+        return cls(instances, instance_defaults, inbox, inbox_defaults, timers, timer_defaults)
+
+    def start(self, conn: psycopg.Connection[Any], key: str, note: str) -> None:
+        """Write the rows of the start event for ``key``, in a transaction of their own."""
+        now = datetime.now(UTC)
+        saga_id = uuid.uuid4()
+        with conn.transaction():
+            conn.execute(
+                self.instances,
+                (
+                    *(saga_id, _SAGA_TYPE, key, _STATE_TYPE, Jsonb({"note": note}), 1),
+                    *(now, now, 1),
+                    *self.instance_defaults,
+                ),
+            )
+            conn.execute(
+                self.inbox,
+                (saga_id, uuid.uuid4(), _START_EVENT_TYPE, now, *self.inbox_defaults),
+            )
+            conn.execute(
+                self.timers,
+                (
+                    *(saga_id, BENCH_REMINDER_TIMER, now + BENCH_REMINDER_DELAY),
+                    *(_REMINDER_EVENT_TYPE, Jsonb({"request_id": key}), uuid.uuid4()),
+                    *(uuid.uuid4().hex, 1, now),
+                    *self.timer_defaults,
                 ),
             )

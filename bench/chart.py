@@ -90,7 +90,7 @@ PANELS = (
         (
             _metric("step_events_per_s"),
             _detail("step", "handwritten_events_per_s"),
-            None,
+            _metric("step_events_per_s_raw_row"),
             _metric("step_events_per_s_raw_set"),
         ),
     ),

@@ -31,6 +31,8 @@ BEGIN, END = "<!-- bench:results -->", "<!-- /bench:results -->"
 KEYS = (
     "step_events_per_s",
     "step_ratio_vs_handwritten",
+    "step_events_per_s_raw_row",
+    "step_ratio_vs_raw_row",
     "step_events_per_s_raw_set",
     "step_ratio_vs_raw_set",
     "bulk_step_events_per_s",

@@ -8,6 +8,10 @@ window: the instance, its inbox row and the timer row.
 **Hand-written**: the same three rows in one ``transaction.atomic()``
 (``baselines.start_by_hand``).
 
+**Raw, a row at a time**: the same three rows in three single-row ``INSERT`` s and one
+commit per event, psycopg 3 on a connection of its own (``baselines.RawRowStart``): the
+price of ``publish()``'s writes with no Python but the driver's.
+
 **Raw set**: the same rows for 100 events at a time, in three ``INSERT … SELECT … FROM
 unnest(…)`` (instances, inbox rows, timers) and one commit, psycopg 3 on a connection of its
 own (``baselines.RawSetStart``): what a PostgreSQL expert would write to load start events,
@@ -21,7 +25,7 @@ nightly import. Its ratios are over the ``publish()`` loop and over the raw set 
 round.
 
 ``check_baselines_write_what_the_engine_writes()`` proves, before anything is timed, that
-both baselines write the rows the engine writes.
+the baselines write the rows the engine writes.
 
 All run in this process, on the same tables, the library and the hand-written one event
 after another, each in its own transaction; N events per run, A B C A B C over the rounds,
@@ -51,19 +55,21 @@ _keys = itertools.count()
 
 
 def check_baselines_write_what_the_engine_writes() -> None:
-    """Refuse to measure if ``start_by_hand`` or ``RawSetStart`` (for a batch of two) and
-    the engine no longer write the same rows."""
+    """Refuse to measure if ``start_by_hand``, ``RawRowStart`` or ``RawSetStart`` (for a
+    batch of two) and the engine no longer write the same rows."""
     database.reset_saga_tables()
     envelope = publish(workloads.start_event("by-engine"))
     engine = workloads.rows_of(SagaInboxEntry.objects.get(message_id=envelope.message_id).saga_id)
     baselines.start_by_hand("by-hand", workloads.STEP_NOTE)
     with baselines.connect() as conn:
+        baselines.RawRowStart.for_models().start(conn, "by-raw-row", workloads.STEP_NOTE)
         baselines.RawSetStart.for_models().start_batch(
             conn, ["by-raw-set-1", "by-raw-set-2"], workloads.STEP_NOTE
         )
     found = []
     for key, baseline in (
         ("by-hand", "start_by_hand"),
+        ("by-raw-row", "RawRowStart"),
         ("by-raw-set-1", "RawSetStart"),
         ("by-raw-set-2", "RawSetStart"),
     ):
@@ -92,6 +98,7 @@ def run(config: Config) -> Measured:
         workloads.check_started(n)
         return rate
 
+    raw_row = baselines.RawRowStart.for_models()
     raw_set = baselines.RawSetStart.for_models()
 
     def timed_in_sets(conn: psycopg.Connection[Any]) -> float:
@@ -126,16 +133,21 @@ def run(config: Config) -> Measured:
                 "step: three INSERTs by hand": lambda: timed(
                     lambda key: baselines.start_by_hand(key, workloads.STEP_NOTE)
                 ),
+                "step: raw psycopg, a commit each": lambda: timed(
+                    lambda key: raw_row.start(conn, key, workloads.STEP_NOTE)
+                ),
                 "step: raw set-based, 100 a commit": lambda: timed_in_sets(conn),
                 "step: publish_many() (library, bulk)": timed_in_bulk,
             },
         )
-    library, by_hand, in_sets, bulk = values.values()
+    library, by_hand, by_row, in_sets, bulk = values.values()
     database.reset_saga_tables()
     return Measured(
         rounds={
             "step_events_per_s": library,
             "step_ratio_vs_handwritten": per_round_ratios(library, by_hand),
+            "step_events_per_s_raw_row": by_row,
+            "step_ratio_vs_raw_row": per_round_ratios(library, by_row),
             "step_events_per_s_raw_set": in_sets,
             "step_ratio_vs_raw_set": per_round_ratios(library, in_sets),
             "bulk_step_events_per_s": bulk,
@@ -146,6 +158,7 @@ def run(config: Config) -> Measured:
             "events_per_run": n,
             "library_events_per_s": library,
             "handwritten_events_per_s": by_hand,
+            "raw_row_events_per_s": by_row,
             "raw_set_events_per_s": in_sets,
             "raw_set_events_per_commit": EVENTS_PER_COMMIT,
             "bulk_events_per_s": bulk,
