@@ -213,6 +213,7 @@ class _Publishing:
         self.results: list[Published | None] = [None] * len(envelopes)
         self.group: list[_Unit] = []
         self.group_started: float | None = None  # when the group's first step began
+        self.group_keys: set[tuple[str, str]] = set()  # the (saga_type, key)s it writes
         self.unit: _Unit | None = None  # the event whose steps are running
         # Inside a caller's transaction: each event in a savepoint, committed right after
         # it, so that a group's commit never falls inside another event's savepoint.
@@ -280,10 +281,14 @@ class _Publishing:
         elif len(unit.windows) > 1:
             # It woke several sagas: committed alone, its windows in lock order.
             self._commit()
-            self.group.append(unit)
+            self._add(unit)
             self._commit()
         else:
-            self.group.append(unit)
+            self._add(unit)
+
+    def _add(self, unit: _Unit) -> None:
+        self.group.append(unit)
+        self.group_keys.update((w.saga_type, w.correlation_key) for w in unit.windows)
 
     def _done(self, unit: _Unit, *, error: BaseException | None = None) -> None:
         envelope = self.envelopes[unit.index]
@@ -297,11 +302,7 @@ class _Publishing:
         self.unit.windows.append(staged)
 
     def make_room(self, saga_type: str, correlation_key: str) -> bool:
-        held = any(
-            (staged.saga_type, staged.correlation_key) == (saga_type, correlation_key)
-            for unit in self.group
-            for staged in unit.windows
-        )
+        held = (saga_type, correlation_key) in self.group_keys
         if held:
             self._commit()
         return held
@@ -310,7 +311,7 @@ class _Publishing:
 
     def _commit(self) -> None:
         units = sorted(self.group, key=_Unit.lock_key)
-        self.group, self.group_started = [], None
+        self.group, self.group_started, self.group_keys = [], None, set()
         if not units:
             return
         # What runs after the commit (the kept events of a step reached, outbox rows) is
