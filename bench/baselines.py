@@ -33,10 +33,10 @@ from __future__ import annotations
 
 import os
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Self
 
 import psycopg
 from django.db import connection, models, transaction
@@ -354,11 +354,52 @@ class RawSetDrain(_RawDrain):
             raise RuntimeError("a timer was fired under its lock")
 
 
+#: The columns the raw start baselines write, table by table, with their SQL types; every
+#: other column takes the model's default. ``start_by_hand`` fills the same ones.
+_START_COLUMNS: dict[type[models.Model], dict[str, str]] = {
+    SagaInstance: {
+        "id": "uuid",
+        "saga_type": "varchar(200)",
+        "correlation_key": "varchar(200)",
+        "state_type": "varchar(300)",
+        "state": "jsonb",
+        "step_index": "integer",
+        "created_at": "timestamp with time zone",
+        "updated_at": "timestamp with time zone",
+        "version": "integer",
+    },
+    SagaInboxEntry: {
+        "saga_id": "uuid",
+        "message_id": "uuid",
+        "event_type": "varchar(200)",
+        "handled_at": "timestamp with time zone",
+    },
+    SagaTimeout: {
+        "saga_id": "uuid",
+        "name": "varchar(200)",
+        "due_at": "timestamp with time zone",
+        "event_type": "varchar(200)",
+        "payload": "jsonb",
+        "message_id": "uuid",
+        "correlation_id": "varchar(200)",
+        "scheduled_step_index": "integer",
+        "scheduled_at": "timestamp with time zone",
+    },
+}
+
+#: The columns whose values differ between the events of one batch: bound as arrays by
+#: ``RawSetStart``, once per batch for the others.
+_VARYING = {
+    SagaInstance: ("id", "correlation_key", "state"),
+    SagaInboxEntry: ("saga_id", "message_id"),
+    SagaTimeout: ("saga_id", "payload", "message_id", "correlation_id"),
+}
+
+
 @dataclass(frozen=True)
-class RawSetStart:
-    """The set-based ceiling of the step: what ``start_by_hand`` writes for a batch of start
-    events, in three ``INSERT … SELECT … FROM unnest(…)`` (the instances, their inbox rows,
-    their reminders) and one commit, psycopg 3 on a connection of its own."""
+class _StartStatements:
+    """The three INSERTs of a raw start baseline (instances, inbox rows, reminders), each
+    with the values of the columns it leaves to the model's defaults."""
 
     instances: str
     instance_defaults: list[Any]
@@ -368,42 +409,32 @@ class RawSetStart:
     timer_defaults: list[Any]
 
     @classmethod
-    def for_models(cls) -> RawSetStart:
-        moment = "CAST(%s AS timestamp with time zone)"
-        instances, instance_defaults = _insert_unnest(
-            SagaInstance,
-            {
-                "saga_type": "CAST(%s AS varchar(200))",
-                "state_type": "CAST(%s AS varchar(300))",
-                "step_index": "CAST(%s AS integer)",
-                "created_at": moment,
-                "updated_at": moment,
-                "version": "CAST(%s AS integer)",
-            },
-            {"id": "uuid[]", "correlation_key": "varchar(200)[]", "state": "jsonb[]"},
-        )
-        inbox, inbox_defaults = _insert_unnest(
-            SagaInboxEntry,
-            {"event_type": "CAST(%s AS varchar(200))", "handled_at": moment},
-            {"saga_id": "uuid[]", "message_id": "uuid[]"},
-        )
-        timers, timer_defaults = _insert_unnest(
-            SagaTimeout,
-            {
-                "name": "CAST(%s AS varchar(200))",
-                "due_at": moment,
-                "event_type": "CAST(%s AS varchar(200))",
-                "scheduled_step_index": "CAST(%s AS integer)",
-                "scheduled_at": moment,
-            },
-            {
-                "saga_id": "uuid[]",
-                "payload": "jsonb[]",
-                "message_id": "uuid[]",
-                "correlation_id": "varchar(200)[]",
-            },
+    def _written_by(
+        cls, insert: Callable[[type[models.Model], dict[str, str]], tuple[str, list[Any]]]
+    ) -> Self:
+        (instances, instance_defaults), (inbox, inbox_defaults), (timers, timer_defaults) = (
+            insert(model, _START_COLUMNS[model]) for model in _START_COLUMNS
         )
         return cls(instances, instance_defaults, inbox, inbox_defaults, timers, timer_defaults)
+
+
+@dataclass(frozen=True)
+class RawSetStart(_StartStatements):
+    """The set-based ceiling of the step: what ``start_by_hand`` writes for a batch of start
+    events, in three ``INSERT … SELECT … FROM unnest(…)`` (the instances, their inbox rows,
+    their reminders) and one commit, psycopg 3 on a connection of its own."""
+
+    @classmethod
+    def for_models(cls) -> RawSetStart:
+        def insert(model: type[models.Model], columns: dict[str, str]) -> tuple[str, list[Any]]:
+            varying = _VARYING[model]
+            return _insert_unnest(
+                model,
+                {c: f"CAST(%s AS {t})" for c, t in columns.items() if c not in varying},
+                {c: f"{columns[c]}[]" for c in varying},
+            )
+
+        return cls._written_by(insert)
 
     def start_batch(self, conn: psycopg.Connection[Any], keys: Sequence[str], note: str) -> None:
         """Write the rows of one start event per key in ``keys``, in one transaction."""
@@ -458,61 +489,20 @@ def _insert_row(model: type[models.Model], given: dict[str, str]) -> tuple[str, 
 
 
 @dataclass(frozen=True)
-class RawRowStart:
+class RawRowStart(_StartStatements):
     """The raw ceiling of the step, a row at a time: what ``start_by_hand`` writes for one
     start event (the instance, its inbox row, its reminder: three single-row ``INSERT`` s)
     and one commit, psycopg 3 on a connection of its own, its statements prepared by
     psycopg after their fifth use. ``publish()`` commits each event too: this is the price
     of that work with no Python but the driver's."""
 
-    instances: str
-    instance_defaults: list[Any]
-    inbox: str
-    inbox_defaults: list[Any]
-    timers: str
-    timer_defaults: list[Any]
-
     @classmethod
     def for_models(cls) -> RawRowStart:
-        moment = "CAST(%s AS timestamp with time zone)"
-        instances, instance_defaults = _insert_row(
-            SagaInstance,
-            {
-                "id": "CAST(%s AS uuid)",
-                "saga_type": "CAST(%s AS varchar(200))",
-                "correlation_key": "CAST(%s AS varchar(200))",
-                "state_type": "CAST(%s AS varchar(300))",
-                "state": "CAST(%s AS jsonb)",
-                "step_index": "CAST(%s AS integer)",
-                "created_at": moment,
-                "updated_at": moment,
-                "version": "CAST(%s AS integer)",
-            },
+        return cls._written_by(
+            lambda model, columns: _insert_row(
+                model, {c: f"CAST(%s AS {t})" for c, t in columns.items()}
+            )
         )
-        inbox, inbox_defaults = _insert_row(
-            SagaInboxEntry,
-            {
-                "saga_id": "CAST(%s AS uuid)",
-                "message_id": "CAST(%s AS uuid)",
-                "event_type": "CAST(%s AS varchar(200))",
-                "handled_at": moment,
-            },
-        )
-        timers, timer_defaults = _insert_row(
-            SagaTimeout,
-            {
-                "saga_id": "CAST(%s AS uuid)",
-                "name": "CAST(%s AS varchar(200))",
-                "due_at": moment,
-                "event_type": "CAST(%s AS varchar(200))",
-                "payload": "CAST(%s AS jsonb)",
-                "message_id": "CAST(%s AS uuid)",
-                "correlation_id": "CAST(%s AS varchar(200))",
-                "scheduled_step_index": "CAST(%s AS integer)",
-                "scheduled_at": moment,
-            },
-        )
-        return cls(instances, instance_defaults, inbox, inbox_defaults, timers, timer_defaults)
 
     def start(self, conn: psycopg.Connection[Any], key: str, note: str) -> None:
         """Write the rows of the start event for ``key``, in a transaction of their own."""
