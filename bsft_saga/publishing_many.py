@@ -32,9 +32,14 @@ from bsft_saga import clock
 from bsft_saga.conf import saga_settings
 from bsft_saga.correlation import get_correlation_id, new_correlation_id
 from bsft_saga.db.datetimes import storable
-from bsft_saga.delivery.commit import advance_each, advanced_saga, lock_order, shape_of
+from bsft_saga.delivery.commit import (
+    CommitInterval,
+    advance_each,
+    advanced_saga,
+    lock_order,
+    shape_of,
+)
 from bsft_saga.delivery.failures import lost_the_connection
-from bsft_saga.delivery.passes import COMMIT_INTERVAL
 from bsft_saga.delivery.staging import LostRace, StagedWindow, delivering
 from bsft_saga.engine import handler, lookup, window
 from bsft_saga.events import payloads
@@ -212,7 +217,7 @@ class _Publishing:
         self.envelopes = envelopes
         self.results: list[Published | None] = [None] * len(envelopes)
         self.group: list[_Unit] = []
-        self.group_started: float | None = None  # when the group's first step began
+        self.interval = CommitInterval()
         self.group_keys: set[tuple[str, str]] = set()  # the (saga_type, key)s it writes
         self.unit: _Unit | None = None  # the event whose steps are running
         # Inside a caller's transaction: each event in a savepoint, committed right after
@@ -229,7 +234,7 @@ class _Publishing:
             if index not in self.prefetched and self.results[index] is None:
                 self._prefetch([index, *itertools.islice(queue, GROUP_SIZE - 1)])
             self._publish(index)
-            if len(self.group) >= GROUP_SIZE or self.nested or not queue or self._interval_over():
+            if len(self.group) >= GROUP_SIZE or self.nested or not queue or self.interval.over():
                 self._commit()
             queue.extendleft(reversed(self.again))
             self.again = []
@@ -251,15 +256,10 @@ class _Publishing:
         answers = lookup.prefetch(questions, len(indices))
         self.prefetched.update(zip(indices, answers, strict=True))
 
-    def _interval_over(self) -> bool:
-        started = self.group_started
-        return started is not None and clock.stopwatch() - started >= COMMIT_INTERVAL
-
     def _publish(self, index: int) -> None:
         envelope = self.envelopes[index]
         unit = _Unit(index)
-        if self.group_started is None:
-            self.group_started = clock.stopwatch()
+        self.interval.begin()
         self.unit = unit
         try:
             with (
@@ -311,7 +311,8 @@ class _Publishing:
 
     def _commit(self) -> None:
         units = sorted(self.group, key=_Unit.lock_key)
-        self.group, self.group_started, self.group_keys = [], None, set()
+        self.group, self.group_keys = [], set()
+        self.interval.reset()
         if not units:
             return
         # What runs after the commit (the kept events of a step reached, outbox rows) is

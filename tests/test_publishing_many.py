@@ -15,7 +15,7 @@ from freezegun import freeze_time
 
 import bsft_saga
 from bsft_saga import Published, PublishOutcome, apublish_many, publish, publish_many
-from bsft_saga.delivery.passes import COMMIT_INTERVAL
+from bsft_saga.delivery.commit import COMMIT_INTERVAL
 from bsft_saga.models import (
     SagaInboxEntry,
     SagaInstance,

@@ -44,6 +44,36 @@ logger = logging.getLogger("bsft_saga.delivery")
 
 LockKey = tuple[Any, ...]
 
+#: Seconds of delivering after which a stager (a pass, ``publish_many()``) commits what it
+#: has delivered: the longest a saga stays uncommitted behind the receivers of the rows
+#: after it, and what a killed pass repeats.
+COMMIT_INTERVAL = 0.1
+
+
+class CommitInterval:
+    """How long a stager's open group has been delivering: it commits once that reaches
+    :data:`COMMIT_INTERVAL` (read when asked)."""
+
+    __slots__ = ("started",)
+
+    def __init__(self) -> None:
+        #: When the group's first row began delivering (``clock.stopwatch()``); ``None``
+        #: while the group is empty.
+        self.started: float | None = None
+
+    def begin(self) -> None:
+        """A row of the group begins delivering: the interval starts with the first."""
+        if self.started is None:
+            self.started = clock.stopwatch()
+
+    def over(self) -> bool:
+        started = self.started
+        return started is not None and clock.stopwatch() - started >= COMMIT_INTERVAL
+
+    def reset(self) -> None:
+        """The group was committed."""
+        self.started = None
+
 
 def lock_order(window: StagedWindow) -> LockKey:
     """Where ``window`` falls in a commit: creations by key, then sagas by ``id``."""

@@ -8,10 +8,10 @@
    (:mod:`~bsft_saga.delivery.staging`).
 3. **Commit** what has been delivered (windows and stamps in one transaction, in one lock
    order, each row on its own: :mod:`~bsft_saga.delivery.commit`) at least every
-   :data:`COMMIT_INTERVAL` of delivering, before a row whose saga already has writes
-   waiting, and at the end of the batch. A row whose window lost a version race is
-   delivered again (its receivers run again); a row whose receivers raised discards its
-   writes and records a failed attempt.
+   :data:`~bsft_saga.delivery.commit.COMMIT_INTERVAL` of delivering, before a row whose
+   saga already has writes waiting, and at the end of the batch. A row whose window lost
+   a version race is delivered again (its receivers run again); a row whose receivers
+   raised discards its writes and records a failed attempt.
 4. **After each commit**, the outbox rows its steps staged are delivered the same way (by
    ``on_commit``).
 
@@ -42,10 +42,10 @@ from django.db import connection, transaction
 
 from bsft_saga import clock
 from bsft_saga.conf import DeliverySettings, saga_settings
-from bsft_saga.delivery import heartbeat, recovery
+from bsft_saga.delivery import commit, heartbeat, recovery
 from bsft_saga.delivery.channel import Channel, R
 from bsft_saga.delivery.claim import claim
-from bsft_saga.delivery.commit import CommitGroup, Unit
+from bsft_saga.delivery.commit import CommitGroup, CommitInterval, Unit
 from bsft_saga.delivery.failures import (
     failure_reason,
     lost_connection_reason,
@@ -58,10 +58,6 @@ from bsft_saga.events.sending import send_envelope
 from bsft_saga.exceptions import SagaConcurrencyError
 
 logger = logging.getLogger("bsft_saga.delivery")
-
-#: Seconds of delivering after which a pass commits what it has delivered: the longest a
-#: saga stays uncommitted behind its own receivers, and what a killed pass repeats.
-COMMIT_INTERVAL = 0.1
 
 
 def run_pass(
@@ -187,7 +183,7 @@ class _Pass(Generic[R]):
         self.config = config
         self.guard = guard
         self.group: CommitGroup[R] = CommitGroup(channel, token)
-        self.group_started: float | None = None
+        self.interval = CommitInterval()
         self.unit: Unit[R] | None = None  # the row whose receivers are running
         # Inside a caller's transaction each row's receivers run in a savepoint, so that a
         # failing one cannot abort that transaction, and each row is committed (a savepoint
@@ -201,7 +197,7 @@ class _Pass(Generic[R]):
         #: What the claim read of the rows' sagas (``deliver_claimed``), until it expires or
         #: the pass commits to the saga.
         self.known: dict[Any, Any] = {}
-        self.known_until = clock.stopwatch() + COMMIT_INTERVAL
+        self.known_until = clock.stopwatch() + commit.COMMIT_INTERVAL
         self.committed_sagas: set[Any] = set()
         self.outcomes: Counter[Outcome] = Counter()
         self.counted: Counter[tuple[Outcome, str]] = Counter()
@@ -248,15 +244,15 @@ class _Pass(Generic[R]):
         while self.queue:
             self._put_a_free_row_first()
             row = self.queue[0]
-            if self.group.holds_saga(self.channel.saga_of(row)) or self._interval_over():
+            if self.group.holds_saga(self.channel.saga_of(row)) or self.interval.over():
                 self._commit()
-            if self.group_started is None and (self.outdated or clock.now() >= self.renew_at):
+            if self.interval.started is None and (self.outdated or clock.now() >= self.renew_at):
                 self._refresh()
                 if not self.queue or self.queue[0] is not row:
                     continue
             self.queue.popleft()
             self._deliver(row)
-            if self.nested or self._interval_over():
+            if self.nested or self.interval.over():
                 self._commit()
 
     def _put_a_free_row_first(self) -> None:
@@ -287,16 +283,11 @@ class _Pass(Generic[R]):
             return None
         return known
 
-    def _interval_over(self) -> bool:
-        started = self.group_started
-        return started is not None and clock.stopwatch() - started >= COMMIT_INTERVAL
-
     def _deliver(self, row: R) -> None:
         """Run ``row``'s receivers; keep its writes for the group, or record its failure."""
         channel = self.channel
         unit: Unit[R] = Unit(row)
-        if self.group_started is None:
-            self.group_started = clock.stopwatch()
+        self.interval.begin()
         # Charged if the connection goes while it runs; left set when that escapes.
         self.guard.in_flight = row
         try:
@@ -345,7 +336,7 @@ class _Pass(Generic[R]):
     # -- committing ----------------------------------------------------------------------
 
     def _commit(self) -> None:
-        self.group_started = None
+        self.interval.reset()
         if not self.group:
             return
         in_flight = self.guard.in_flight

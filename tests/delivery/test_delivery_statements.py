@@ -17,7 +17,7 @@ from django.db import connection, transaction
 from django.test.utils import CaptureQueriesContext
 
 from bsft_saga import publish
-from bsft_saga.delivery import passes
+from bsft_saga.delivery import commit
 from bsft_saga.models import JournalVia, SagaInstance, SagaJournalEntry
 from bsft_saga.timeouts import drain_due
 from tests.testapp.dispatch_events import NoticeOpened
@@ -59,7 +59,7 @@ def _start_counters(n: int) -> None:
 def one_group(monkeypatch: pytest.MonkeyPatch) -> None:
     """A commit interval no pass here reaches: the counts below are those of one group,
     whatever the machine's speed (on a loaded one, 12 timers could outlast 100 ms)."""
-    monkeypatch.setattr(passes, "COMMIT_INTERVAL", 3600.0)
+    monkeypatch.setattr(commit, "COMMIT_INTERVAL", 3600.0)
 
 
 @pytest.mark.parametrize("timers", [3, 12])
@@ -85,7 +85,7 @@ def test_a_pass_fires_its_batch_in_one_commit_with_a_fixed_cost_per_timer(timers
 def test_a_pass_commits_what_it_fired_once_its_commit_interval_has_passed(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(passes, "COMMIT_INTERVAL", 0.0)  # every timer outlasts it
+    monkeypatch.setattr(commit, "COMMIT_INTERVAL", 0.0)  # every timer outlasts it
     _start_counters(3)
 
     with CaptureQueriesContext(connection) as captured:

@@ -21,7 +21,7 @@ from django.db.models import F
 from django.test.utils import CaptureQueriesContext
 
 from bsft_saga import publish
-from bsft_saga.delivery import passes
+from bsft_saga.delivery import commit
 from bsft_saga.models import SagaInstance, SagaTimeout, TimeoutOutcome
 from bsft_saga.signals import event_published
 from bsft_saga.timeouts import drain_due
@@ -34,7 +34,7 @@ pytestmark = pytest.mark.django_db(transaction=True)
 @pytest.fixture(autouse=True)
 def one_group(monkeypatch: pytest.MonkeyPatch) -> None:
     """Every row of a pass in one commit group, whatever the machine's speed."""
-    monkeypatch.setattr(passes, "COMMIT_INTERVAL", 3600.0)
+    monkeypatch.setattr(commit, "COMMIT_INTERVAL", 3600.0)
 
 
 def _counters(n: int) -> list[str]:
