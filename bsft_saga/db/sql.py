@@ -22,7 +22,7 @@ parameter limit (SQLite's 999 ``connection.features.max_query_params``).
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from contextlib import nullcontext
 from datetime import datetime
 from functools import cache, lru_cache
@@ -35,6 +35,7 @@ from django.db.models.fields import NOT_PROVIDED, Field
 
 __all__ = [
     "CHUNK_SIZES",
+    "among",
     "attnames",
     "insert",
     "insert_together",
@@ -600,10 +601,12 @@ def select_one(
 def select(
     sql: str, params: Sequence[Any], columns: Sequence[tuple[type[models.Model], str] | None]
 ) -> list[tuple[Any, ...]]:
-    """``select_one()`` for every row the query returns."""
+    """``select_one()`` for every row the query returns (its arrays, of :func:`among`,
+    bound in binary)."""
     db = _db()
-    with db.cursor() as cursor:
-        cursor.execute(sql, params)
+    cursor, statement = _cursor_for(db, sql)
+    with cursor:
+        cursor.execute(statement, params)
         rows = cursor.fetchall()
     converters = _converters(tuple(columns), db.vendor)
     if not any(converters):
@@ -612,6 +615,25 @@ def select(
         tuple(_convert(value, pairs, db) for value, pairs in zip(row, converters, strict=True))
         for row in rows
     ]
+
+
+def among(
+    column: str, model: type[models.Model], name: str, values: Collection[Any]
+) -> tuple[str, list[Any]]:
+    """The condition "``column`` (which holds the field ``name`` of ``model``) is one of
+    ``values``", and its parameters, bound as the ORM binds them, for :func:`select`.
+
+    On PostgreSQL ``= ANY`` of one array (the statement's text and parameters the same for
+    any number of values, none quoted in Python); elsewhere ``IN`` and a placeholder each.
+    """
+    db = _db()
+    field = _field(model, name)
+    if db.vendor == "postgresql":
+        values = _column(_array_prep(field, where=True), list(values), db)
+        return f"{column} = ANY(CAST({_ARRAY} AS {field.db_type(db)}[]))", [values]
+    placeholders = ", ".join(["%s"] * len(values))
+    params = [field.get_db_prep_value(value, db, prepared=False) for value in values]
+    return f"{column} IN ({placeholders})", params
 
 
 M = TypeVar("M", bound=models.Model)

@@ -214,35 +214,67 @@ def _read(
 ]:
     """What :func:`prefetch` reads of one saga type: its active instances by key, the
     ``(saga, message)`` pairs of its inbox asked about, its finished instances by key and
-    message handled, and the active instances with a pending step-scoped timer."""
+    message handled, and the active instances with a pending step-scoped timer.
+
+    Written as SQL, each list of keys or messages one array on PostgreSQL
+    (:func:`bsft_saga.db.sql.among`): built through the ORM, a group's hundred keys and
+    messages cost more Python than the database spends on the three queries.
+    """
+    quote = connection.ops.quote_name
+    instances = quote(SagaInstance._meta.db_table)
+    inbox = quote(SagaInboxEntry._meta.db_table)
+    columns = ", ".join(f"i.{quote(name)}" for name in _COLUMNS)
     keys = {key for _index, _message, _type, key, _finished in asked}
     messages = {message for _index, message, _type, _key, _finished in asked}
+    of_type = f"i.{quote('saga_type')} = %s"
+    of_keys, key_params = sql.among(
+        f"i.{quote('correlation_key')}", SagaInstance, "correlation_key", keys
+    )
     active = {
         row[1]: _found((*row, False, False))
-        for row in SagaInstance.objects.filter(
-            saga_type=saga_type, correlation_key__in=keys, is_complete=False
-        ).values_list(*_COLUMNS)
+        for row in sql.select(
+            f"SELECT {columns} FROM {instances} i WHERE {of_type} AND {of_keys} "
+            f"AND NOT i.{quote('is_complete')}",
+            [saga_type, *key_params],
+            _CONVERTED[: len(_COLUMNS)],
+        )
     }
+    of_messages, message_params = sql.among(
+        f"e.{quote('message_id')}", SagaInboxEntry, "message_id", messages
+    )
     handled: set[tuple[uuid.UUID, uuid.UUID]] = set()
     finished: dict[tuple[str, uuid.UUID], Found] = {}
-    for message, *row in SagaInboxEntry.objects.filter(
-        saga__saga_type=saga_type, saga__correlation_key__in=keys, message_id__in=messages
-    ).values_list("message_id", *(f"saga__{name}" for name in _COLUMNS)):
+    for message, *row in sql.select(
+        f"SELECT e.{quote('message_id')}, {columns} FROM {inbox} e "
+        f"JOIN {instances} i ON i.{quote('id')} = e.{quote('saga_id')} "
+        f"WHERE {of_type} AND {of_keys} AND {of_messages}",
+        [saga_type, *key_params, *message_params],
+        _HANDLED,
+    ):
         handled.add((row[0], message))
         if row[-1]:  # is_complete
             finished[row[1], message] = _found((*row, True, False))
     pending: set[uuid.UUID] = set()
     if active:
-        pending = set(
-            SagaTimeout.objects.filter(
-                saga_id__in=[found.pk for found in active.values()],
-                scope=TimeoutScope.STEP,
-                dispatched_at__isnull=True,
-            )
-            .values_list("saga_id", flat=True)
-            .distinct()
+        timers = quote(SagaTimeout._meta.db_table)
+        saga = quote("saga_id")
+        of_sagas, saga_params = sql.among(
+            saga, SagaTimeout, "saga", [found.pk for found in active.values()]
         )
+        pending = {
+            row[0]
+            for row in sql.select(
+                f"SELECT DISTINCT {saga} FROM {timers} WHERE {of_sagas} "
+                f"AND {quote('scope')} = %s AND {quote('dispatched_at')} IS NULL",
+                [*saga_params, TimeoutScope.STEP.value],
+                _PENDING,
+            )
+        }
     return active, handled, finished, pending
+
+
+_HANDLED = ((SagaInboxEntry, "message_id"), *_CONVERTED[: len(_COLUMNS)])
+_PENDING = ((SagaTimeout, "saga"),)
 
 
 @dataclass(frozen=True)

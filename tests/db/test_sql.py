@@ -178,3 +178,25 @@ def test_array_statements_bind_every_value_of_every_column_as_the_orm_would() ->
                     assert repr(bound) == repr(expected), f"{where_}: {value!r}"
                     passed_through += bound is value and value is not None
     assert passed_through > 100  # the shortcut is taken (it is the point)
+
+
+def test_among_finds_the_rows_whose_column_holds_one_of_the_values_on_every_backend() -> None:
+    from django.test.utils import CaptureQueriesContext
+
+    for key in ("k-a", "k-b", "k-c"):
+        publish(BenchReminderRequested(key))
+    table = connection.ops.quote_name(SagaInstance._meta.db_table)
+    column = connection.ops.quote_name("correlation_key")
+    statements = []
+    for keys in (["k-b"], ["k-a", "k-c", "k-unknown"]):
+        condition, params = sql.among(column, SagaInstance, "correlation_key", keys)
+        with CaptureQueriesContext(connection) as queries:
+            rows = sql.select(
+                f"SELECT {column} FROM {table} WHERE {condition}",
+                params,
+                [(SagaInstance, "correlation_key")],
+            )
+        assert sorted(row[0] for row in rows) == sorted(set(keys) - {"k-unknown"})
+        statements.append(queries.captured_queries[0]["sql"])
+    if connection.vendor == "postgresql":  # one array, whatever the number of values
+        assert statements[0] == statements[1]
