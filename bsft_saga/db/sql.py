@@ -625,7 +625,10 @@ def among(
 
     On PostgreSQL ``= ANY`` of one array (the statement's text and parameters the same for
     any number of values, none quoted in Python); elsewhere ``IN`` and a placeholder each.
+    No values: a condition that no row meets.
     """
+    if not values:
+        return "1 = 0", []
     db = _db()
     field = _field(model, name)
     if db.vendor == "postgresql":
