@@ -26,7 +26,7 @@ from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from contextlib import nullcontext
 from datetime import datetime
 from functools import cache, lru_cache
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 from django.db import DEFAULT_DB_ALIAS, IntegrityError, connection, connections, models, transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
@@ -229,17 +229,12 @@ def _array_prep(
     kind = _BOUND_AS_IT_IS.get(type(target))
     if kind is None:
         return prepare
-    if kind is datetime:
-
-        def prepared_moment(value: Any, db: BaseDatabaseWrapper) -> Any:
-            if value is None or (type(value) is datetime and value.utcoffset() is not None):
-                return value
-            return prepare(value, db)
-
-        return prepared_moment
+    moments = kind is datetime
 
     def prepared(value: Any, db: BaseDatabaseWrapper) -> Any:
-        if value is None or type(value) is kind:
+        if value is None or (
+            type(value) is kind and not (moments and cast(datetime, value).utcoffset() is None)
+        ):
             return value
         return prepare(value, db)
 
@@ -632,11 +627,10 @@ def among(
     db = _db()
     field = _field(model, name)
     if db.vendor == "postgresql":
-        values = _column(_array_prep(field, where=True), list(values), db)
-        return f"{column} = ANY(CAST({_ARRAY} AS {field.db_type(db)}[]))", [values]
+        array = _column(_array_prep(field, where=True), list(values), db)
+        return f"{column} = ANY(CAST({_ARRAY} AS {field.db_type(db)}[]))", [array]
     placeholders = ", ".join(["%s"] * len(values))
-    params = [field.get_db_prep_value(value, db, prepared=False) for value in values]
-    return f"{column} IN ({placeholders})", params
+    return f"{column} IN ({placeholders})", _column(_where_prep(field), list(values), db)
 
 
 M = TypeVar("M", bound=models.Model)
