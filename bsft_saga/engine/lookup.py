@@ -112,7 +112,8 @@ class Unanswered(enum.Enum):
 UNANSWERED = Unanswered.UNANSWERED
 
 
-_CONVERTED = (*((SagaInstance, name) for name in _COLUMNS), None, None)  # the two EXISTS
+_INSTANCE = tuple((SagaInstance, name) for name in _COLUMNS)
+_CONVERTED = (*_INSTANCE, None, None)  # the two EXISTS
 _MESSAGE_ID = SagaInboxEntry._meta.get_field("message_id")
 
 
@@ -220,24 +221,16 @@ def _read(
     (:func:`bsft_saga.db.sql.among`): built through the ORM, a group's hundred keys and
     messages cost more Python than the database spends on the three queries.
     """
+    active_sql, handled_sql, pending_sql = _prefetch_sql()
     quote = connection.ops.quote_name
-    instances = quote(SagaInstance._meta.db_table)
-    inbox = quote(SagaInboxEntry._meta.db_table)
-    columns = ", ".join(f"i.{quote(name)}" for name in _COLUMNS)
     keys = {key for _index, _message, _type, key, _finished in asked}
     messages = {message for _index, message, _type, _key, _finished in asked}
-    of_type = f"i.{quote('saga_type')} = %s"
     of_keys, key_params = sql.among(
         f"i.{quote('correlation_key')}", SagaInstance, "correlation_key", keys
     )
     active = {
         row[1]: _found((*row, False, False))
-        for row in sql.select(
-            f"SELECT {columns} FROM {instances} i WHERE {of_type} AND {of_keys} "
-            f"AND NOT i.{quote('is_complete')}",
-            [saga_type, *key_params],
-            _CONVERTED[: len(_COLUMNS)],
-        )
+        for row in sql.select(active_sql.format(keys=of_keys), [saga_type, *key_params], _INSTANCE)
     }
     of_messages, message_params = sql.among(
         f"e.{quote('message_id')}", SagaInboxEntry, "message_id", messages
@@ -245,9 +238,7 @@ def _read(
     handled: set[tuple[uuid.UUID, uuid.UUID]] = set()
     finished: dict[tuple[str, uuid.UUID], Found] = {}
     for message, *row in sql.select(
-        f"SELECT e.{quote('message_id')}, {columns} FROM {inbox} e "
-        f"JOIN {instances} i ON i.{quote('id')} = e.{quote('saga_id')} "
-        f"WHERE {of_type} AND {of_keys} AND {of_messages}",
+        handled_sql.format(keys=of_keys, messages=of_messages),
         [saga_type, *key_params, *message_params],
         _HANDLED,
     ):
@@ -256,16 +247,12 @@ def _read(
             finished[row[1], message] = _found((*row, True, False))
     pending: set[uuid.UUID] = set()
     if active:
-        timers = quote(SagaTimeout._meta.db_table)
-        saga = quote("saga_id")
-        of_sagas, saga_params = sql.among(
-            saga, SagaTimeout, "saga", [found.pk for found in active.values()]
-        )
+        sagas = [found.pk for found in active.values()]
+        of_sagas, saga_params = sql.among(f"s.{quote('saga_id')}", SagaTimeout, "saga", sagas)
         pending = {
             row[0]
             for row in sql.select(
-                f"SELECT DISTINCT {saga} FROM {timers} WHERE {of_sagas} "
-                f"AND {quote('scope')} = %s AND {quote('dispatched_at')} IS NULL",
+                pending_sql.format(sagas=of_sagas),
                 [*saga_params, TimeoutScope.STEP.value],
                 _PENDING,
             )
@@ -273,8 +260,37 @@ def _read(
     return active, handled, finished, pending
 
 
-_HANDLED = ((SagaInboxEntry, "message_id"), *_CONVERTED[: len(_COLUMNS)])
+_HANDLED = ((SagaInboxEntry, "message_id"), *_INSTANCE)
 _PENDING = ((SagaTimeout, "saga"),)
+
+
+@cache
+def _prefetch_sql() -> tuple[str, str, str]:
+    """:func:`_read`'s three queries: the active instances ``i`` of a saga type whose
+    ``i.correlation_key`` is among ``{keys}``; the inbox rows ``e`` of its instances among
+    those keys whose ``e.message_id`` is among ``{messages}``, with their instances; the
+    sagas ``s.saga_id`` among ``{sagas}`` with a pending step-scoped timer. (Each ``{…}``
+    is a condition of :func:`bsft_saga.db.sql.among`.)"""
+    quote = connection.ops.quote_name
+    instances = quote(SagaInstance._meta.db_table)
+    inbox = quote(SagaInboxEntry._meta.db_table)
+    timers = quote(SagaTimeout._meta.db_table)
+    columns = ", ".join(f"i.{quote(name)}" for name in _COLUMNS)
+    of_type = f"i.{quote('saga_type')} = %s"
+    active = (
+        f"SELECT {columns} FROM {instances} i WHERE {of_type} AND {{keys}} "
+        f"AND NOT i.{quote('is_complete')}"
+    )
+    handled = (
+        f"SELECT e.{quote('message_id')}, {columns} FROM {inbox} e "
+        f"JOIN {instances} i ON i.{quote('id')} = e.{quote('saga_id')} "
+        f"WHERE {of_type} AND {{keys}} AND {{messages}}"
+    )
+    pending = (
+        f"SELECT DISTINCT s.{quote('saga_id')} FROM {timers} s WHERE {{sagas}} "
+        f"AND s.{quote('scope')} = %s AND s.{quote('dispatched_at')} IS NULL"
+    )
+    return active, handled, pending
 
 
 @dataclass(frozen=True)
