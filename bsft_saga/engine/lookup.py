@@ -311,9 +311,10 @@ def firing_sagas(timers: list[SagaTimeout]) -> dict[int, FiringSaga]:
     if not timers:
         return {}
     db = connections[DEFAULT_DB_ALIAS]
-    placeholders = ", ".join(["%s"] * len(timers))
-    params: list[Any] = [TimeoutScope.STEP.value, *(timer.pk for timer in timers)]
-    rows = sql.select(_firing_sql(db.vendor).format(ids=placeholders), params, _FIRING)
+    pk = db.ops.quote_name("id")
+    of_ids, id_params = sql.among(f"t.{pk}", SagaTimeout, "id", [timer.pk for timer in timers])
+    params = [TimeoutScope.STEP.value, *id_params]
+    rows = sql.select(_firing_sql(db.vendor).format(ids=of_ids), params, _FIRING)
     # The instance holds what a pass reads of it; its other fields are deferred.
     instances = sql.loaded(SagaInstance, [row[1:-2] for row in rows], db.alias, _READ)
     found: dict[int, FiringSaga] = {}
@@ -340,7 +341,8 @@ _FIRING = (
 
 @cache
 def _firing_sql(vendor: str) -> str:
-    """The sagas of the timers ``{ids}`` (a placeholder per id), with the lookup's answers.
+    """The sagas of the timers ``t`` whose ids meet ``{ids}`` (a condition of
+    :func:`bsft_saga.db.sql.among`), with the lookup's answers.
 
     On PostgreSQL each answer is a ``LATERAL`` subquery with a ``LIMIT``: probed per timer
     down an index. Written as ``EXISTS``, the planner may hash the whole inbox instead
@@ -358,11 +360,11 @@ def _firing_sql(vendor: str) -> str:
             f'SELECT t.{pk}, {columns}, "h"."one" IS NOT NULL, "p"."one" IS NOT NULL FROM '
             f'{joined} LEFT JOIN LATERAL (SELECT 1 AS one {handled} LIMIT 1) "h" ON true '
             f'LEFT JOIN LATERAL (SELECT 1 AS one {step_timers} LIMIT 1) "p" ON true '
-            f"WHERE t.{pk} IN ({{ids}})"
+            "WHERE {ids}"
         )
     return (
         f"SELECT t.{pk}, {columns}, EXISTS (SELECT 1 {handled}), "
-        f"EXISTS (SELECT 1 {step_timers}) FROM {joined} WHERE t.{pk} IN ({{ids}})"
+        f"EXISTS (SELECT 1 {step_timers}) FROM {joined} WHERE {{ids}}"
     )
 
 
